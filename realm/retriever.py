@@ -1,0 +1,130 @@
+"""Query and document embedders: BERT [CLS] -> linear projection, scored by inner product (MIPS).
+
+REALM's relevance is f(x, z) = Embed_input(x) . Embed_doc(z). The original shares one BERT between the two towers
+(``share_embedders=True``); keeping it a switch lets ORQA-style separate towers be compared.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import Tensor, nn
+from transformers import BertConfig, BertModel, BertPreTrainedModel
+
+
+@dataclass(kw_only=True, slots=True)
+class RetrieverConfig:
+    """Shape of the retriever and how many candidates it hands to the encoder."""
+
+    embed_dim: int = 128
+    """Size of the projected embedding used for MIPS (128 in REALM)."""
+    share_embedders: bool = True
+    """One BERT for queries and documents, as the original REALM; False gives ORQA-style separate towers."""
+    max_query_length: int = 96
+    """Wordpieces of a query, [CLS]/[SEP] included (96 in REALM)."""
+    max_block_length: int = 288
+    """Wordpieces of an embedded block ``[CLS] title [SEP] body [SEP]`` (288 in REALM)."""
+    num_candidates: int = 8
+    """Slots per query handed to the encoder: the null document in slot 0 plus ``num_candidates - 1`` retrieved."""
+    num_extra_retrieved: int = 4
+    """Over-retrieval so the slots stay full after the source-document filter drops trivial candidates."""
+
+    def __post_init__(self) -> None:
+        if self.embed_dim <= 0:
+            raise ValueError(f"embed_dim must be positive, got {self.embed_dim}")
+        if self.num_candidates < 2:
+            raise ValueError(f"num_candidates must be >= 2 (null document + one retrieved), got {self.num_candidates}")
+        if self.num_extra_retrieved < 0:
+            raise ValueError(f"num_extra_retrieved must be >= 0, got {self.num_extra_retrieved}")
+        if self.max_query_length < 4 or self.max_block_length < 4:
+            raise ValueError("max_query_length and max_block_length must be at least 4 wordpieces")
+
+    @property
+    def num_retrieved(self) -> int:
+        """Real documents per query (the null document takes the remaining slot)."""
+        return self.num_candidates - 1
+
+
+class Embedder(BertPreTrainedModel):
+    """BERT whose [CLS] vector is projected to ``config.embed_dim``; ``save_pretrained`` writes safetensors."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.projection = nn.Linear(config.hidden_size, getattr(config, "embed_dim", 128))
+        self.post_init()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        """[N, L] wordpieces -> [N, embed_dim] embeddings."""
+        hidden = self.bert(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
+        return self.projection(hidden[:, 0])
+
+
+def embedder_config(bert_config: BertConfig, embed_dim: int) -> BertConfig:
+    """A copy of ``bert_config`` that records the projection size, so ``from_pretrained`` rebuilds it."""
+    config = BertConfig.from_dict(bert_config.to_dict())
+    config.embed_dim = embed_dim
+    return config
+
+
+class Retriever(nn.Module):
+    """The two embedding towers; ``doc_embedder is query_embedder`` when the embedders are shared."""
+
+    def __init__(self, query_embedder: Embedder, doc_embedder: Embedder | None = None) -> None:
+        super().__init__()
+        self.query_embedder = query_embedder
+        # note: registering the same module twice shares its parameters; state_dict keeps one copy per name,
+        # so `shared` is recorded explicitly when saving.
+        self.doc_embedder = doc_embedder if doc_embedder is not None else query_embedder
+
+    @property
+    def shared(self) -> bool:
+        return self.doc_embedder is self.query_embedder
+
+    @classmethod
+    def from_config(cls, bert_config: BertConfig, cfg: RetrieverConfig) -> "Retriever":
+        config = embedder_config(bert_config, cfg.embed_dim)
+        query = Embedder(config)
+        return cls(query, None if cfg.share_embedders else Embedder(config))
+
+    @classmethod
+    def from_bert(cls, name_or_path: str, cfg: RetrieverConfig) -> "Retriever":
+        """Initialises both towers from a pretrained BERT (the projection starts random)."""
+        bert_config = BertConfig.from_pretrained(name_or_path)
+        config = embedder_config(bert_config, cfg.embed_dim)
+        query = Embedder.from_pretrained(name_or_path, config=config)
+        doc = None if cfg.share_embedders else Embedder.from_pretrained(name_or_path, config=config)
+        return cls(query, doc)
+
+    def embed_queries(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        return self.query_embedder(input_ids, attention_mask)
+
+    def embed_docs(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        return self.doc_embedder(input_ids, attention_mask, token_type_ids)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Writes ``query/`` and ``doc/`` (the builder only needs ``doc/``) plus ``retriever.json``."""
+        path = Path(path)
+        self.query_embedder.save_pretrained(path / "query")
+        self.doc_embedder.save_pretrained(path / "doc")
+        (path / "retriever.json").write_text(json.dumps({"share_embedders": self.shared}))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "Retriever":
+        path = Path(path)
+        meta_file = path / "retriever.json"
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"{path} is not a saved retriever (no retriever.json)")
+        shared = json.loads(meta_file.read_text())["share_embedders"]
+        query = Embedder.from_pretrained(path / "query")
+        return cls(query, None if shared else Embedder.from_pretrained(path / "doc"))
+
+
+def retrieval_scores(query_emb: Tensor, doc_emb: Tensor) -> Tensor:
+    """Relevance f(x, z): [B, D] queries x [B, K, D] candidates -> [B, K] inner products."""
+    return torch.einsum("bd,bkd->bk", query_emb, doc_emb)
