@@ -147,8 +147,20 @@ def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def read_yaml(path: str | Path) -> dict[str, Any]:
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """``path`` as given, else relative to the project checkout (so ``configs/...`` works from any directory)."""
     path = Path(path)
+    if path.is_file() or path.is_absolute():
+        return path
+    candidate = PROJECT_ROOT / path
+    return candidate if candidate.is_file() else path
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = resolve_config_path(path)
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:

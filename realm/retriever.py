@@ -101,6 +101,15 @@ class Retriever(nn.Module):
         doc = None if cfg.share_embedders else Embedder.from_pretrained(name_or_path, config=config)
         return cls(query, doc)
 
+    def forward(
+        self, query_input_ids: Tensor, query_attention_mask: Tensor,
+        doc_input_ids: Tensor, doc_attention_mask: Tensor, doc_token_type_ids: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """([Nq, D] query embeddings, [Nd, D] document embeddings); one call so DDP sees one forward."""
+        return self.embed_queries(query_input_ids, query_attention_mask), self.embed_docs(
+            doc_input_ids, doc_attention_mask, doc_token_type_ids
+        )
+
     def embed_queries(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
         return self.query_embedder(input_ids, attention_mask)
 

@@ -1,0 +1,111 @@
+"""One index build: retriever export -> embeddings -> FAISS index -> published ``index/v-*`` -> CURRENT.
+
+Everything is written under ``index/.staging-<uuid>/`` and only becomes visible through ``run_dir.publish_folder``
+(manifest last, then a rename) and the atomic CURRENT flip, so a build killed at any point leaves the live index as it
+was. Layout and manifest fields belong to ``realm.run_dir``; this module only produces the files.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import datasets
+import numpy as np
+from transformers import AutoTokenizer
+
+from index_builder.embed import embed_blocks
+from realm import run_dir as rd
+from realm.index import FaissIndex, IndexConfig
+from realm.packing import SpecialIds
+from realm.retriever import Retriever
+
+logger = logging.getLogger(__name__)
+
+
+def blocks_fingerprint(blocks: datasets.Dataset) -> str:
+    """``run_dir.corpus_fingerprint`` of the ordered ``uid`` column, streamed in chunks (13M uids stay off-heap)."""
+    uids = blocks.select_columns(["uid"]).with_format("arrow")
+    return rd.corpus_fingerprint(uid for table in uids.iter(batch_size=1 << 16) for uid in table.column(0).to_pylist())
+
+
+def publish_embeddings(
+    run_dir: str | Path, staging: Path, *, step: int, weights_sha256: str, corpus_fingerprint: str, cfg: IndexConfig,
+    started: float, extra: dict | None = None,
+) -> Path:
+    """Given ``staging/embeddings.npy`` ([N, D] float32, row i = block i), builds the FAISS index and block ids and
+    publishes the folder as ``index/v-{step:08d}``. CURRENT is not touched."""
+    embeddings = np.load(staging / rd.EMBEDDINGS_FILE, mmap_mode="r")
+    FaissIndex.build(embeddings, cfg).save(staging / rd.FAISS_FILE)
+    np.save(staging / rd.BLOCK_IDS_FILE, np.arange(len(embeddings), dtype=np.int64))
+    del embeddings
+    return rd.publish_index_version(
+        run_dir, staging, step=step, weights_sha256=weights_sha256, corpus_fingerprint=corpus_fingerprint,
+        factory=cfg.factory, started=started, extra=extra,
+    )
+
+
+def activate(run_dir: str | Path, version: Path, keep_versions: int) -> None:
+    """Flips CURRENT to ``version``, then prunes old versions (never the live one)."""
+    rd.set_current_index(run_dir, version)
+    for removed in rd.prune(rd.index_dir(run_dir), rd.INDEX_PREFIX, keep_versions):
+        logger.info("pruned index version %s", removed.name)
+
+
+def build_index_version(
+    run_dir: str | Path, export_step: int, export_path: Path, cfg: IndexConfig, *, batch_size: int = 64,
+    keep_versions: int = 3, device: str = "cpu", should_stop: Callable[[], bool] | None = None,
+) -> Path:
+    """Builds, publishes and activates the index for the retriever export at ``export_path``; returns the version.
+
+    If ``index/v-{export_step}`` is already published from the same weights (a builder that died between the rename
+    and the CURRENT flip), it is activated as is. ``should_stop`` is polled between batches; a stop or any error
+    removes the staging folder and leaves CURRENT untouched.
+    """
+    started = time.time()
+    export = rd.read_manifest(export_path)
+    if export is None:
+        raise FileNotFoundError(f"{export_path} is not a published retriever export")
+    final = rd.index_dir(run_dir) / rd.folder_name(rd.INDEX_PREFIX, export_step)
+    existing = rd.read_manifest(final)
+    if existing is not None and existing.get("weights_sha256") == export["weights_sha256"]:
+        logger.info("index version %s already built; activating it", final.name)
+        activate(run_dir, final, keep_versions)
+        return final
+    if final.exists():  # note: built from other weights at the same step (re-export after a resume)
+        rd.remove_folder(final)
+
+    embedder = Retriever.from_pretrained(export_path).doc_embedder.to(device)
+    blocks = datasets.load_from_disk(export["blocks"])
+    special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
+    staging = rd.new_staging(rd.index_dir(run_dir))
+    try:
+        out = np.lib.format.open_memmap(
+            staging / rd.EMBEDDINGS_FILE, mode="w+", dtype=np.float32,
+            shape=(len(blocks), embedder.projection.out_features),
+        )
+        embed_blocks(
+            embedder, blocks, special, export["max_block_length"], batch_size, out, device, should_stop=should_stop
+        )
+        out.flush()
+        del out
+        version = publish_embeddings(
+            run_dir, staging, step=export_step, weights_sha256=export["weights_sha256"],
+            corpus_fingerprint=blocks_fingerprint(blocks), cfg=cfg, started=started,
+            extra={"blocks": export["blocks"], "max_block_length": export["max_block_length"]},
+        )
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    activate(run_dir, version, keep_versions)
+    # note: exports older than the live index can never be built again (the builder always takes the newest).
+    for step, path in rd.list_published(rd.retriever_dir(run_dir), rd.RETRIEVER_PREFIX):
+        if step < export_step:
+            try:
+                rd.remove_folder(path)
+            except OSError as err:
+                logger.warning("could not remove old retriever export %s: %s", path, err)
+    return version

@@ -1,0 +1,60 @@
+"""The ``realm`` command: thin dispatch to each process's own entry point.
+
+    realm demo                      embedded world -> vocabulary -> ICT -> pre-training with a live builder -> eval
+    realm train --config C [...]    the trainer process          (python -m trainer.pretrain)
+    realm index --config C --run_dir RUN   the index-builder process   (python -m index_builder.build)
+    realm ict --config C [...]      Inverse Cloze Task warm start (python -m trainer.ict)
+    realm world --out DIR           write the synthetic encyclopaedia as jsonl
+    realm vocab ...                 train a WordPiece vocabulary
+    realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into blocks
+    realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
+    realm inspect RUN "query"       top-k retrieved blocks with their scores
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    "demo": ("trainer.demo", "run the embedded demo end to end"),
+    "train": ("trainer.pretrain", "the trainer process"),
+    "index": ("index_builder.build", "the index-builder process"),
+    "ict": ("trainer.ict", "Inverse Cloze Task warm start of the embedders"),
+    "world": ("realm.tools", "write the synthetic encyclopaedia"),
+    "vocab": ("realm.tools", "train a WordPiece vocabulary"),
+    "blocks": ("realm.tools", "cut a corpus into blocks"),
+    "evaluate-mlm": ("trainer.inspect", "held-out masked-fact metrics of a run or checkpoint"),
+    "inspect": ("trainer.inspect", "top-k retrieved blocks for a query"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: realm COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<14} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run `realm COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_usage())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"realm: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(COMMANDS[command][0])
+    entry = getattr(module, "main_" + command.replace("-", "_"), None) or module.main
+    from realm.config import ConfigError
+
+    try:
+        return int(entry(rest) or 0)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"realm {command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

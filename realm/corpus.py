@@ -1,0 +1,508 @@
+"""The knowledge corpus Z: documents read from jsonl, DPR tsv or HF datasets, cut into blocks of wordpieces.
+
+A block is embedded as ``[CLS] title [SEP] body [SEP]`` in at most ``max_block_length`` (288) wordpieces, so a
+document body is cut into pieces of at most ``max_block_length - 3 - len(title_ids)`` wordpieces, at sentence
+boundaries where possible. The blocks are an Arrow dataset whose row number is the block id the index uses.
+
+Nothing is dropped silently: malformed records raise ``CorpusError`` naming ``file:line`` (or are skipped and
+counted with ``skip_malformed``), empty documents are skipped and counted, and the counts are logged.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import uuid
+from bisect import bisect_left, bisect_right
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Literal
+
+import datasets
+from transformers import PreTrainedTokenizerBase
+
+from realm.sentences import DataFileError, split_sentences
+
+logger = logging.getLogger(__name__)
+
+CorpusFormat = Literal["jsonl", "dpr_tsv", "hf", "hf_disk"]
+
+BLOCK_FEATURES = datasets.Features(
+    {
+        "uid": datasets.Value("string"),
+        "doc_id": datasets.Value("string"),
+        "title": datasets.Value("string"),
+        "text": datasets.Value("string"),
+        "title_ids": datasets.List(datasets.Value("int32")),
+        "body_ids": datasets.List(datasets.Value("int32")),
+    }
+)
+"""Columns of a block dataset; ``title_ids`` / ``body_ids`` are wordpieces without special tokens."""
+
+
+class CorpusError(DataFileError):
+    """A corpus or data file that cannot be read as documented; the message names the file and line."""
+
+
+@dataclass(slots=True)
+class Document:
+    """One corpus document before it is cut into blocks."""
+
+    id: str
+    title: str
+    text: str
+
+
+@dataclass(slots=True)
+class CorpusStats:
+    """What reading and blocking did, so that nothing is dropped without being counted.
+
+    Readers fill the first two counts, ``build_blocks`` the last three; one object can be passed to both.
+    """
+
+    num_records: int = 0
+    """Well-formed records a reader passed on (empty ones included)."""
+    num_malformed: int = 0
+    """Records a reader skipped because they could not be parsed (only with ``skip_malformed``)."""
+    num_empty: int = 0
+    """Documents ``build_blocks`` skipped because their text is empty after stripping (or has no wordpieces)."""
+    num_documents: int = 0
+    """Documents cut into blocks."""
+    num_blocks: int = 0
+    """Blocks produced."""
+
+    def to_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(kw_only=True, slots=True)
+class CorpusConfig:
+    """Where the knowledge corpus comes from and how it is cut into blocks."""
+
+    path: str = ""
+    """A jsonl or tsv file, a folder written by ``Dataset.save_to_disk`` (hf_disk), or a hub dataset name (hf)."""
+    format: CorpusFormat = "jsonl"
+    """One of jsonl, dpr_tsv (DPR's ``psgs_w100.tsv``), hf (``datasets.load_dataset``), hf_disk (``load_from_disk``)."""
+    id_field: str = "id"
+    """Field or column with the document id (hf/hf_disk fall back to the row number if the column is absent)."""
+    title_field: str | None = "title"
+    """Field with the title; null takes the title from the first line of the text field, without its quotes
+    (FlashRAG's wiki18_100w layout ``{"id", "contents": "\\"Title\\"\\nbody"}``). Ignored for dpr_tsv."""
+    text_field: str = "text"
+    """Field with the document text (``contents`` for FlashRAG files). Ignored for dpr_tsv."""
+    hf_config: str | None = None
+    """Configuration name for hub datasets, e.g. ``20231101.en`` for ``wikimedia/wikipedia``."""
+    hf_split: str = "train"
+    """Split to read for hf and (when the folder holds a DatasetDict) hf_disk."""
+    skip_malformed: bool = False
+    """Skip and count malformed records instead of raising ``CorpusError``."""
+    max_block_length: int = 288
+    """Wordpieces of ``[CLS] title [SEP] body [SEP]`` (288 in REALM); keep equal to the retriever's."""
+    max_title_length: int = 32
+    """Title wordpieces kept in a block; longer titles are truncated."""
+
+    def __post_init__(self) -> None:
+        if self.format not in ("jsonl", "dpr_tsv", "hf", "hf_disk"):
+            raise ValueError(f"format must be jsonl, dpr_tsv, hf or hf_disk, got {self.format!r}")
+        if self.max_title_length < 0:
+            raise ValueError(f"max_title_length must be >= 0, got {self.max_title_length}")
+        if self.max_block_length < self.max_title_length + 4:
+            raise ValueError(
+                f"max_block_length={self.max_block_length} leaves no body wordpiece after [CLS]/[SEP]/[SEP] and "
+                f"a title of max_title_length={self.max_title_length}"
+            )
+        if not self.text_field or not self.id_field or self.title_field == "":
+            raise ValueError("id_field and text_field must be non-empty (title_field may be null)")
+
+
+def _reject(where: str, reason: str, skip_malformed: bool, stats: CorpusStats) -> None:
+    if not skip_malformed:
+        raise CorpusError(f"{where}: {reason}")
+    stats.num_malformed += 1
+
+
+def _report(source: str | Path, stats: CorpusStats) -> None:
+    log = logger.warning if stats.num_malformed else logger.info
+    log("%s: read %d records, skipped %d malformed", source, stats.num_records, stats.num_malformed)
+
+
+def _title_from_first_line(text: str) -> tuple[str, str]:
+    title, _, body = text.partition("\n")
+    title = title.strip()
+    if len(title) >= 2 and title[0] == title[-1] == '"':
+        title = title[1:-1]
+    return title, body
+
+
+def _existing_file(path: str | Path) -> Path:
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"corpus file not found: {path}")
+    return path
+
+
+def read_jsonl(
+    path: str | Path,
+    *,
+    id_field: str = "id",
+    title_field: str | None = "title",
+    text_field: str = "text",
+    skip_malformed: bool = False,
+    stats: CorpusStats | None = None,
+) -> Iterator[Document]:
+    """Documents of a jsonl file, one JSON object per line (blank lines are ignored).
+
+    Args:
+        path: The file; checked when called, read lazily.
+        id_field: Field holding the id (any JSON scalar; converted to str).
+        title_field: Field holding the title, or None to take it from the text's first line (see ``CorpusConfig``).
+        text_field: Field holding the text.
+        skip_malformed: Count and skip bad lines (invalid JSON, missing field, wrong type) instead of raising.
+        stats: Updated in place with the counts.
+
+    Raises:
+        FileNotFoundError: No such file.
+        CorpusError: A malformed line (``path:line: reason``) when ``skip_malformed`` is False.
+    """
+    path = _existing_file(path)
+    stats = stats if stats is not None else CorpusStats()
+    fields = [id_field, text_field] + ([title_field] if title_field else [])
+
+    def documents() -> Iterator[Document]:
+        with path.open(encoding="utf-8") as lines:
+            for line_number, line in enumerate(lines, start=1):
+                if not line.strip():
+                    continue
+                where = f"{path}:{line_number}"
+                try:
+                    record = json.loads(line)
+                except json.JSONDecodeError as err:
+                    _reject(where, f"invalid JSON ({err})", skip_malformed, stats)
+                    continue
+                missing = [f for f in fields if not isinstance(record, dict) or f not in record]
+                if missing:
+                    _reject(where, f"missing field(s) {missing}", skip_malformed, stats)
+                    continue
+                text, title, doc_id = record[text_field], record[title_field] if title_field else "", record[id_field]
+                if not isinstance(text, str) or not isinstance(title, str) or isinstance(doc_id, (dict, list)):
+                    _reject(where, "text and title must be strings and the id a scalar", skip_malformed, stats)
+                    continue
+                if title_field is None:
+                    title, text = _title_from_first_line(text)
+                stats.num_records += 1
+                yield Document(id=str(doc_id), title=title.strip(), text=text.strip())
+        _report(path, stats)
+
+    return documents()
+
+
+def read_dpr_tsv(
+    path: str | Path, *, skip_malformed: bool = False, stats: CorpusStats | None = None
+) -> Iterator[Document]:
+    """Documents of DPR's ``psgs_w100.tsv``: a header ``id<TAB>text<TAB>title``, fields quoted as in csv.
+
+    DPR quotes the text and doubles inner quotes (``"Aaron ( or ; ""Ahärôn"") is ..."``); the csv module undoes
+    that. Line numbers in errors are physical lines (a quoted field may span several). Arguments and errors are
+    those of ``read_jsonl``.
+    """
+    path = _existing_file(path)
+    stats = stats if stats is not None else CorpusStats()
+
+    def documents() -> Iterator[Document]:
+        with path.open(encoding="utf-8", newline="") as handle:
+            rows = csv.reader(handle, delimiter="\t", strict=True)
+            header = next(rows, None)
+            if header is None or sorted(header) != ["id", "text", "title"]:
+                raise CorpusError(f"{path}:1: expected the header id, text, title (tab-separated), got {header}")
+            column = {name: i for i, name in enumerate(header)}
+            while True:
+                try:
+                    row = next(rows)
+                except StopIteration:
+                    break
+                except csv.Error as err:
+                    _reject(f"{path}:{rows.line_num}", f"bad quoting ({err})", skip_malformed, stats)
+                    continue
+                if len(row) != 3:
+                    reason = f"expected 3 tab-separated columns, got {len(row)}"
+                    _reject(f"{path}:{rows.line_num}", reason, skip_malformed, stats)
+                    continue
+                stats.num_records += 1
+                title, text = row[column["title"]].strip(), row[column["text"]].strip()
+                yield Document(id=row[column["id"]], title=title, text=text)
+        _report(path, stats)
+
+    return documents()
+
+
+def read_hf(
+    name_or_path: str,
+    *,
+    from_disk: bool = False,
+    config_name: str | None = None,
+    split: str = "train",
+    id_field: str = "id",
+    title_field: str | None = "title",
+    text_field: str = "text",
+    skip_malformed: bool = False,
+    stats: CorpusStats | None = None,
+) -> Iterator[Document]:
+    """Documents of a HF dataset: a hub name through ``load_dataset`` (e.g. ``"wikimedia/wikipedia"`` with
+    ``config_name="20231101.en"``) or, with ``from_disk``, a folder written by ``save_to_disk``.
+
+    The id is the row number when there is no ``id_field`` column. Rows whose text or title is not a string
+    (e.g. null) are malformed and named ``source row N``.
+    """
+    stats = stats if stats is not None else CorpusStats()
+    if from_disk:
+        if not Path(name_or_path).is_dir():
+            raise FileNotFoundError(f"saved dataset folder not found: {name_or_path}")
+        loaded = datasets.load_from_disk(name_or_path)
+    else:
+        try:
+            loaded = datasets.load_dataset(name_or_path, config_name, split=split)
+        except Exception as err:  # noqa: BLE001 - the hub raises many types; say which dataset failed.
+            raise CorpusError(f"could not load dataset {name_or_path!r} ({config_name}, {split}): {err}") from err
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise CorpusError(f"{name_or_path}: no split {split!r}; it has {list(loaded)}")
+        loaded = loaded[split]
+    wanted = [text_field] + ([title_field] if title_field else [])
+    missing = [c for c in wanted if c not in loaded.column_names]
+    if missing:
+        raise CorpusError(f"{name_or_path}: missing column(s) {missing}; it has {loaded.column_names}")
+    has_id = id_field in loaded.column_names
+    table = loaded.select_columns(wanted + ([id_field] if has_id else []))
+
+    def documents() -> Iterator[Document]:
+        row_number = 0
+        for batch in table.iter(batch_size=1000):
+            for i, text in enumerate(batch[text_field]):
+                title = batch[title_field][i] if title_field else ""
+                doc_id = str(batch[id_field][i]) if has_id else str(row_number)
+                row_number += 1
+                if not isinstance(text, str) or not isinstance(title, str):
+                    _reject(f"{name_or_path} row {row_number - 1}", "text and title must be strings",
+                            skip_malformed, stats)
+                    continue
+                if title_field is None:
+                    title, text = _title_from_first_line(text)
+                stats.num_records += 1
+                yield Document(id=doc_id, title=title.strip(), text=text.strip())
+        _report(name_or_path, stats)
+
+    return documents()
+
+
+def read_documents(cfg: CorpusConfig, stats: CorpusStats | None = None) -> Iterator[Document]:
+    """Documents of the corpus ``cfg`` describes, through the reader its ``format`` names."""
+    if not cfg.path:
+        raise ValueError("corpus path is not set")
+    fields: dict[str, Any] = {"id_field": cfg.id_field, "title_field": cfg.title_field, "text_field": cfg.text_field}
+    if cfg.format == "jsonl":
+        return read_jsonl(cfg.path, **fields, skip_malformed=cfg.skip_malformed, stats=stats)
+    if cfg.format == "dpr_tsv":
+        return read_dpr_tsv(cfg.path, skip_malformed=cfg.skip_malformed, stats=stats)
+    return read_hf(
+        cfg.path, from_disk=cfg.format == "hf_disk", config_name=cfg.hf_config, split=cfg.hf_split, **fields,
+        skip_malformed=cfg.skip_malformed, stats=stats,
+    )
+
+
+def cut_body(sentence_starts: list[int], word_starts: list[bool], room: int) -> list[tuple[int, int]]:
+    """Cuts a tokenized body into wordpiece ranges ``[start, end)`` of at most ``room`` pieces.
+
+    Whole sentences are packed greedily; a sentence longer than ``room`` is cut at the last word start that fits
+    (mid-word only when a single word is longer than ``room``), and its tail may share a block with what follows.
+
+    Args:
+        sentence_starts: Wordpiece index where each sentence starts, ascending, beginning with 0.
+        word_starts: For each wordpiece, whether it starts a word (cutting there keeps ``tokenize(text) == ids``).
+        room: Wordpieces available for the body of one block.
+    """
+    boundaries = [*sentence_starts, len(word_starts)]
+    blocks: list[tuple[int, int]] = []
+    start = 0
+    for end in boundaries[1:]:
+        while end - start > room:
+            # The sentence ending at `end` does not fit: close the block at the last sentence boundary that
+            # fits, or, when the block is a single over-long sentence, at the last word start that fits.
+            cut = boundaries[bisect_right(boundaries, start + room) - 1]
+            if cut <= start:
+                cut = next((j for j in range(start + room, start, -1) if word_starts[j]), start + room)
+            blocks.append((start, cut))
+            start = cut
+    if start < len(word_starts):
+        blocks.append((start, len(word_starts)))
+    return blocks
+
+
+def _blocks_of_batch(
+    docs: list[Document], tokenizer: PreTrainedTokenizerBase, max_block_length: int, max_title_length: int,
+    stats: CorpusStats,
+) -> Iterator[dict[str, Any]]:
+    titles = tokenizer([d.title for d in docs], add_special_tokens=False, verbose=False)["input_ids"]
+    # verbose=False: bodies are longer than the model's max length by design, they are cut below.
+    bodies = tokenizer([d.text for d in docs], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    for k, doc in enumerate(docs):
+        ids, offsets, word_ids = bodies["input_ids"][k], bodies["offset_mapping"][k], bodies.word_ids(k)
+        if not ids:
+            stats.num_empty += 1
+            continue
+        title_ids = titles[k][:max_title_length]
+        # A sentence starts at the first wordpiece at or after its first character (pieces never start on
+        # whitespace, and the sentences cover every other character).
+        piece_starts = [a for a, _ in offsets]
+        sentence_starts = {bisect_left(piece_starts, start) for start, _ in split_sentences(doc.text)}
+        sentence_starts = sorted(({0} | sentence_starts) - {len(ids)})
+        word_starts = [j == 0 or word_ids[j] != word_ids[j - 1] for j in range(len(ids))]
+        room = max_block_length - 3 - len(title_ids)
+        for start, end in cut_body(sentence_starts, word_starts, room):
+            text = doc.text[offsets[start][0] : offsets[end - 1][1]]
+            stats.num_blocks += 1
+            yield {
+                "uid": block_uid(doc.title, text), "doc_id": doc.id, "title": doc.title, "text": text,
+                "title_ids": title_ids, "body_ids": ids[start:end],
+            }
+        stats.num_documents += 1
+
+
+def _generate_blocks(
+    docs: Iterable[Document], tokenizer: PreTrainedTokenizerBase, max_block_length: int, max_title_length: int,
+    batch_size: int, stats: CorpusStats,
+) -> Iterator[dict[str, Any]]:
+    batch: list[Document] = []
+    for doc in docs:
+        if not doc.text.strip():
+            stats.num_empty += 1
+            continue
+        batch.append(doc)
+        if len(batch) == batch_size:
+            yield from _blocks_of_batch(batch, tokenizer, max_block_length, max_title_length, stats)
+            batch = []
+    if batch:
+        yield from _blocks_of_batch(batch, tokenizer, max_block_length, max_title_length, stats)
+
+
+def block_uid(title: str, body: str) -> str:
+    """The original REALM block uid: SHA-1 hex of ``"{title} <sep> {body}"``; queries carry their source's."""
+    return hashlib.sha1(f"{title} <sep> {body}".encode("utf-8")).hexdigest()
+
+
+def build_blocks(
+    docs: Iterable[Document],
+    tokenizer: PreTrainedTokenizerBase,
+    max_block_length: int,
+    *,
+    max_title_length: int = 32,
+    batch_size: int = 256,
+    cache_dir: str | Path | None = None,
+    stats: CorpusStats | None = None,
+) -> datasets.Dataset:
+    """Cuts documents into blocks that fit ``[CLS] title [SEP] body [SEP]`` in ``max_block_length`` wordpieces.
+
+    Every block satisfies ``len(title_ids) + len(body_ids) + 3 <= max_block_length``, with the title cut to
+    ``max_title_length`` wordpieces. Bodies break at sentence boundaries where possible and at word starts
+    otherwise (see ``cut_body``); ``text`` is the exact substring of the document the ``body_ids`` came from.
+    Rows are written to Arrow files as they are produced (``Dataset.from_generator``), so the corpus never has
+    to fit in memory; the row number is the block id the index uses, and the order is that of ``docs``.
+
+    Args:
+        docs: Documents, e.g. from ``read_documents``. Empty ones are skipped and counted.
+        tokenizer: A fast tokenizer (offsets and word ids are needed).
+        max_block_length: Wordpieces of an embedded block, specials included (288 in REALM).
+        max_title_length: Title wordpieces kept.
+        batch_size: Documents tokenized together.
+        cache_dir: Where the Arrow files go (default: the ``datasets`` cache).
+        stats: Updated in place with ``num_empty``, ``num_documents`` and ``num_blocks``.
+
+    Returns:
+        A dataset with the columns of ``BLOCK_FEATURES``: uid, doc_id, title, text (str) and title_ids,
+        body_ids (lists of int32 wordpieces without specials).
+    """
+    if max_title_length < 0 or max_block_length < max_title_length + 4:
+        raise ValueError(
+            f"max_block_length={max_block_length} leaves no body wordpiece with max_title_length={max_title_length}"
+        )
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("build_blocks needs a fast tokenizer (offset mappings)")
+    stats = stats if stats is not None else CorpusStats()
+    generate = functools.partial(
+        _generate_blocks, docs, tokenizer, max_block_length, max_title_length, batch_size, stats
+    )
+    try:
+        # note: a fresh fingerprint, because `docs` may be a one-shot iterator that cannot be hashed; a cache hit
+        # would also skip the generator and leave `stats` empty. functools.partial keeps datasets from sharding
+        # list-valued gen_kwargs.
+        blocks = datasets.Dataset.from_generator(
+            generate, features=BLOCK_FEATURES, cache_dir=None if cache_dir is None else str(cache_dir),
+            fingerprint=uuid.uuid4().hex,
+        )
+    except datasets.exceptions.DatasetGenerationError as err:
+        # Surface our own errors (bad line, missing file) rather than datasets' generic wrapper.
+        if isinstance(err.__cause__, (DataFileError, OSError)):
+            raise err.__cause__ from None
+        raise
+    log = logger.warning if stats.num_empty else logger.info
+    log(
+        "cut %d documents into %d blocks of at most %d wordpieces; skipped %d empty documents",
+        stats.num_documents, stats.num_blocks, max_block_length, stats.num_empty,
+    )
+    return blocks
+
+
+def save_blocks(
+    blocks: datasets.Dataset, path: str | Path, *, stats: CorpusStats | None = None, overwrite: bool = False
+) -> Path:
+    """Saves blocks with ``save_to_disk`` into a staging folder renamed to ``path`` when complete.
+
+    ``stats`` (if given) is written next to the Arrow files as ``corpus_stats.json``. An existing ``path`` is an
+    error unless ``overwrite``.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"blocks folder already exists: {path} (pass overwrite=True to replace it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    blocks.save_to_disk(str(staging))
+    if stats is not None:
+        (staging / "corpus_stats.json").write_text(json.dumps(stats.to_dict(), indent=2))
+    if path.exists():
+        shutil.rmtree(path)
+    staging.rename(path)
+    return path
+
+
+def load_blocks(path: str | Path) -> datasets.Dataset:
+    """Loads blocks saved by ``save_blocks`` (memory-mapped Arrow) and checks their columns."""
+    path = Path(path)
+    if not (path / "dataset_info.json").is_file():
+        raise FileNotFoundError(f"no saved blocks at {path} (build them with build_blocks_from_config)")
+    blocks = datasets.load_from_disk(str(path))
+    missing = [name for name in BLOCK_FEATURES if name not in blocks.column_names]
+    if not isinstance(blocks, datasets.Dataset) or missing:
+        raise CorpusError(f"{path}: not a block dataset (missing columns {missing})")
+    return blocks
+
+
+def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
+    """Reads the corpus ``cfg`` describes, cuts it into blocks and saves them to ``out_dir`` (replacing it).
+
+    The Arrow files are generated in a temporary folder beside ``out_dir``, so only the saved copy remains.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stats = CorpusStats()
+    with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.cache-", dir=out_dir.parent) as cache_dir:
+        blocks = build_blocks(
+            read_documents(cfg, stats), tokenizer, cfg.max_block_length, max_title_length=cfg.max_title_length,
+            cache_dir=cache_dir, stats=stats,
+        )
+        save_blocks(blocks, out_dir, stats=stats, overwrite=True)
+        del blocks
+    return out_dir

@@ -1,0 +1,142 @@
+"""From query embeddings to the K candidate slots: MIPS top-k, trivial-retrieval filter, null document.
+
+The index only *chooses* candidates; their relevance scores are recomputed with the live document embedder in the
+model's forward so gradients reach it (DESIGN.md section 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Sequence
+
+import datasets
+import numpy as np
+import torch
+from torch import Tensor
+
+from realm.batch import Candidates, RealmBatch
+from realm.index import DocumentIndex
+from realm.packing import SpecialIds, block_batch, pack_pair, pad
+
+
+def uid_hash(uid: str) -> int:
+    """A positive int64 key for a block uid (any string); 0 is reserved for "no source".
+
+    Comparing 8-byte keys instead of 40-character strings keeps a 13M-block corpus's uid table at ~100 MB.
+    """
+    if not uid:
+        return 0
+    digest = hashlib.blake2b(uid.encode("utf-8"), digest_size=8).digest()
+    return (int.from_bytes(digest, "little") & ((1 << 62) - 1)) or 1
+
+
+class BlockStore:
+    """Random access to block wordpieces by block id (row of the blocks dataset).
+
+    Small corpora are held in Python lists (a few MB for the demo); large ones are read from the memory-mapped Arrow
+    table on demand, so a 13M-block corpus costs only its uid-hash array (8 bytes a block) in RAM.
+    """
+
+    def __init__(self, blocks: datasets.Dataset, *, in_memory_limit: int = 200_000) -> None:
+        self.blocks = blocks
+        self.uid_hashes = np.fromiter((uid_hash(u) for u in blocks["uid"]), dtype=np.int64, count=len(blocks))
+        self._titles: list | None = None
+        self._bodies: list | None = None
+        if len(blocks) <= in_memory_limit:
+            self._titles = blocks["title_ids"]
+            self._bodies = blocks["body_ids"]
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def tokens(self, block_ids: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
+        """(title wordpieces, body wordpieces) of each block."""
+        ids = [int(i) for i in block_ids]
+        if self._titles is not None:
+            return [self._titles[i] for i in ids], [self._bodies[i] for i in ids]
+        rows = self.blocks[ids]
+        return rows["title_ids"], rows["body_ids"]
+
+
+def select_candidates(
+    block_ids: Tensor, source_uid_hashes: Tensor, uid_hashes: np.ndarray, num_retrieved: int
+) -> Tensor:
+    """Drops trivial retrievals (the query's own source block) and keeps the best ``num_retrieved``.
+
+    Args:
+        block_ids: [B, k'] retrieved ids, best first (k' > num_retrieved when over-retrieving); -1 is no result.
+        source_uid_hashes: [B] hash of each query's source block uid (0 = none).
+        uid_hashes: [N] uid hash of every block.
+
+    Returns:
+        [B, num_retrieved] block ids; -1 pads a row that ran out of candidates.
+    """
+    ids = block_ids.cpu().numpy()
+    valid = ids >= 0
+    hashes = np.where(valid, uid_hashes[np.clip(ids, 0, None)], 0)
+    keep = valid & (hashes != source_uid_hashes.cpu().numpy()[:, None])
+    out = np.full((ids.shape[0], num_retrieved), -1, dtype=np.int64)
+    for row in range(ids.shape[0]):
+        chosen = ids[row][keep[row]][:num_retrieved]
+        out[row, : len(chosen)] = chosen
+    return torch.from_numpy(out)
+
+
+def build_candidates(
+    batch: RealmBatch, retrieved: Tensor, store: BlockStore, special: SpecialIds, max_block_length: int
+) -> Candidates:
+    """Packs the null document plus ``retrieved`` ([B, K-1] block ids) into embedder and reader inputs."""
+    bsz, num_retrieved = retrieved.shape
+    flat = retrieved.reshape(-1).tolist()
+    present = [i for i in flat if i >= 0]
+    titles_p, bodies_p = store.tokens(present)
+    lookup = dict(zip(present, zip(titles_p, bodies_p)))
+    titles = [lookup[i][0] if i >= 0 else [] for i in flat]
+    bodies = [lookup[i][1] if i >= 0 else [] for i in flat]
+    docs = block_batch(titles, bodies, special, max_block_length)
+
+    queries = [row[mask.bool()].tolist()[1:-1] for row, mask in zip(batch.query_input_ids, batch.query_attention_mask)]
+    reader_len = max(len(q) for q in queries) + 3 + max_block_length
+    packed_ids, packed_types = [], []
+    for b, query in enumerate(queries):
+        slot_bodies = [[]] + bodies[b * num_retrieved : (b + 1) * num_retrieved]
+        for body in slot_bodies:
+            ids, types = pack_pair(query, body, special, reader_len)
+            packed_ids.append(ids)
+            packed_types.append(types)
+    reader_ids, reader_mask = pad(packed_ids, special.pad)
+    reader_types, _ = pad(packed_types, 0, reader_ids.shape[1])
+    k = num_retrieved + 1
+    null_ids = torch.tensor([[special.cls, special.sep, special.sep]], dtype=torch.long)
+    block_ids = torch.cat([torch.full((bsz, 1), -1, dtype=torch.long), retrieved], dim=1)
+    slot_mask = torch.cat([torch.ones(bsz, 1, dtype=torch.bool), retrieved >= 0], dim=1)
+    return Candidates(
+        block_ids=block_ids,
+        slot_mask=slot_mask,
+        doc_input_ids=docs["input_ids"].view(bsz, num_retrieved, -1),
+        doc_attention_mask=docs["attention_mask"].view(bsz, num_retrieved, -1),
+        doc_token_type_ids=docs["token_type_ids"].view(bsz, num_retrieved, -1),
+        null_input_ids=null_ids,
+        reader_input_ids=reader_ids.view(bsz, k, -1),
+        reader_attention_mask=reader_mask.view(bsz, k, -1),
+        reader_token_type_ids=reader_types.view(bsz, k, -1),
+    )
+
+
+@torch.no_grad()
+def retrieve(
+    query_embeddings: Tensor,
+    batch: RealmBatch,
+    index: DocumentIndex,
+    store: BlockStore,
+    special: SpecialIds,
+    *,
+    num_retrieved: int,
+    num_extra: int,
+    max_block_length: int,
+) -> RealmBatch:
+    """Searches ``index`` with [B, D] query embeddings and returns ``batch`` with its candidates attached."""
+    _, ids = index.search(query_embeddings.detach().float().cpu(), num_retrieved + num_extra)
+    chosen = select_candidates(ids, batch.source_uid_hashes, store.uid_hashes, num_retrieved)
+    batch.candidates = build_candidates(batch, chosen, store, special, max_block_length)
+    return batch

@@ -1,0 +1,123 @@
+"""End to end: a tiny retriever is exported, the builder embeds the corpus, indexes and publishes it, and always
+builds the newest export."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from transformers import AutoTokenizer, BertConfig, BertTokenizer
+
+from index_builder.build import IndexBuilderConfig, main, run_builder
+from realm import run_dir as rd
+from realm.index import BruteForceIndex
+from realm.packing import SpecialIds, block_batch
+from realm.retriever import Retriever, RetrieverConfig
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_BLOCK_LENGTH = 24
+NUM_BLOCKS = 60
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture()
+def run(tmp_path) -> tuple[Path, Path, Path]:
+    """(run_dir, blocks_path, tokenizer_path): a 40-word vocab and random tiny blocks."""
+    words = [f"w{i}" for i in range(40)]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    BertTokenizer(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tmp_path / "tokenizer")
+    rng = np.random.default_rng(0)
+    blocks = datasets.Dataset.from_dict({
+        "uid": [f"u{i}" for i in range(NUM_BLOCKS)], "doc_id": [f"d{i // 3}" for i in range(NUM_BLOCKS)],
+        "title": [""] * NUM_BLOCKS, "text": [""] * NUM_BLOCKS,
+        "title_ids": [rng.integers(5, 45, rng.integers(1, 4)).tolist() for _ in range(NUM_BLOCKS)],
+        "body_ids": [rng.integers(5, 45, rng.integers(1, 40)).tolist() for _ in range(NUM_BLOCKS)],
+    }, features=datasets.Features({
+        "uid": datasets.Value("string"), "doc_id": datasets.Value("string"), "title": datasets.Value("string"),
+        "text": datasets.Value("string"), "title_ids": datasets.List(datasets.Value("int32")),
+        "body_ids": datasets.List(datasets.Value("int32")),
+    }))
+    blocks.save_to_disk(tmp_path / "blocks")
+    return tmp_path / "run", tmp_path / "blocks", tmp_path / "tokenizer"
+
+
+def export(run: tuple[Path, Path, Path], step: int) -> Retriever:
+    torch.manual_seed(step)
+    bert = BertConfig(vocab_size=45, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+    retriever = Retriever.from_config(bert, RetrieverConfig(embed_dim=16, max_block_length=MAX_BLOCK_LENGTH))
+    rd.export_retriever(run[0], step, retriever, blocks_path=str(run[1]), tokenizer_path=str(run[2]),
+                        max_block_length=MAX_BLOCK_LENGTH)
+    return retriever
+
+
+def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(run):
+    run_dir, blocks_path, tokenizer_path = run
+    retriever = export(run, 10)
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=7)) == 1
+    published = rd.load_index_version(rd.current_index_version(run_dir))
+    export_manifest = rd.read_manifest(rd.retriever_dir(run_dir) / "step-00000010")
+    blocks = datasets.load_from_disk(str(blocks_path))
+    manifest = published.manifest
+    assert published.path.name == "v-00000010" and published.step == 10
+    assert manifest["weights_sha256"] == export_manifest["weights_sha256"]
+    assert manifest["corpus_fingerprint"] == rd.corpus_fingerprint(blocks["uid"])
+    assert (manifest["num_vectors"], manifest["dim"], manifest["factory"]) == (NUM_BLOCKS, 16, "Flat")
+    assert set(manifest["files"]) == set(rd.INDEX_FILES) and manifest["build_seconds"] > 0
+    np.testing.assert_array_equal(published.block_ids, np.arange(NUM_BLOCKS))
+
+    # every row equals a direct, unbatched forward of its block (batching by length changes nothing)
+    special = SpecialIds.of(AutoTokenizer.from_pretrained(tokenizer_path))
+    embedder = retriever.doc_embedder.eval()
+    with torch.inference_mode():
+        direct = torch.cat([
+            embedder(**block_batch([b["title_ids"]], [b["body_ids"]], special, MAX_BLOCK_LENGTH)) for b in blocks
+        ])
+    torch.testing.assert_close(torch.from_numpy(np.array(published.embeddings())), direct, atol=1e-5, rtol=0)
+
+    # FAISS (Flat) search equals brute force over the published embeddings
+    queries = torch.randn(9, 16, generator=torch.Generator().manual_seed(0))
+    scores, ids = published.search(queries, 5)
+    ref_scores, ref_ids = BruteForceIndex(direct).search(queries, 5)
+    assert torch.equal(ids, ref_ids)
+    torch.testing.assert_close(scores, ref_scores, atol=1e-4, rtol=1e-5)
+
+    # two newer exports: only the newest is built, through the command line with an override
+    export(run, 20)
+    export(run, 30)
+    argv = ["--config", str(REPO / "configs/index/default.yaml"), "--run_dir", str(run_dir), "--once=true",
+            "--index.factory=HNSW32"]
+    assert main(argv) == 0
+    assert [s for s, _ in rd.list_published(rd.index_dir(run_dir), rd.INDEX_PREFIX)] == [10, 30]
+    latest = rd.load_index_version(rd.current_index_version(run_dir))
+    assert latest.step == 30 and latest.manifest["factory"] == "HNSW32"
+    # exports older than the live index can never be built again, so the builder removes them
+    assert [s for s, _ in rd.list_published(rd.retriever_dir(run_dir), rd.RETRIEVER_PREFIX)] == [30]
+
+
+def test_polling_builder_follows_exports_and_exits_when_the_run_is_done(run):
+    run_dir = run[0]
+    export(run, 0)
+    cfg = IndexBuilderConfig(run_dir=str(run_dir), poll_interval_s=0.02, batch_size=16, keep_versions=1)
+    builder = threading.Thread(target=run_builder, args=(cfg,))
+    builder.start()
+    export(run, 5)
+    rd.mark_done(run_dir)  # the trainer's last export is written before DONE
+    builder.join(timeout=60)
+    assert not builder.is_alive()
+    assert rd.load_index_version(rd.current_index_version(run_dir)).step == 5
+    assert [s for s, _ in rd.list_published(rd.index_dir(run_dir), rd.INDEX_PREFIX)] == [5]  # keep_versions=1
+    # with everything indexed and DONE written, a fresh builder exits at once
+    assert run_builder(cfg) == 0
+
+
+def test_second_builder_on_the_same_run_is_refused(run):
+    run_dir = run[0]
+    with rd.exclusive_lock(rd.index_dir(run_dir) / ".builder.lock"):
+        with pytest.raises(RuntimeError, match="another index builder"):
+            run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True))

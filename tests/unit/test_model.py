@@ -1,0 +1,112 @@
+"""Candidates (null slot, source filter) and the model's forward: gradients reach both towers and the encoder."""
+
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig
+
+from realm.batch import PretrainCollator
+from realm.index import BruteForceIndex
+from realm.marginal import marginal_mlm_loss
+from realm.model import RealmModel
+from realm.packing import SpecialIds
+from realm.retrieval import build_candidates, select_candidates, uid_hash
+from realm.retriever import RetrieverConfig
+
+SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
+VOCAB = 40
+
+
+class _Store:
+    """A BlockStore stand-in over in-memory token lists."""
+
+    def __init__(self, titles, bodies, uids):
+        self.titles, self.bodies = titles, bodies
+        self.uid_hashes = np.array([uid_hash(u) for u in uids], dtype=np.int64)
+
+    def __len__(self):
+        return len(self.titles)
+
+    def tokens(self, ids):
+        return [self.titles[i] for i in ids], [self.bodies[i] for i in ids]
+
+
+def _store(n=12, seed=0):
+    rng = np.random.default_rng(seed)
+    titles = [rng.integers(5, VOCAB, 2).tolist() for _ in range(n)]
+    bodies = [rng.integers(5, VOCAB, int(rng.integers(3, 9))).tolist() for _ in range(n)]
+    uids = [f"{i:040x}" for i in range(1, n + 1)]
+    return _Store(titles, bodies, uids), uids
+
+
+def _batch(source_uids, seed=0):
+    rng = np.random.default_rng(seed)
+    examples = [
+        {"input_ids": rng.integers(5, VOCAB, 8).tolist(), "salient_spans": [[2, 4]], "idx": i,
+         "source_uid_hash": uid_hash(u)}
+        for i, u in enumerate(source_uids)
+    ]
+    return PretrainCollator(SPECIAL, 16, "salient", seed=0)(examples)
+
+
+def test_source_document_is_never_a_candidate_and_slots_stay_full():
+    store, uids = _store()
+    retrieved = torch.tensor([[5, 1, 2, 3, 4], [1, 2, 3, 4, 6]])
+    sources = torch.tensor([uid_hash(uids[5]), uid_hash(uids[3])])
+    chosen = select_candidates(retrieved, sources, store.uid_hashes, num_retrieved=3)
+    assert chosen.tolist() == [[1, 2, 3], [1, 2, 4]]
+
+
+def test_rows_that_run_out_of_candidates_are_padded_and_masked():
+    store, uids = _store(n=3)
+    chosen = select_candidates(torch.tensor([[0, 1, -1]]), torch.tensor([uid_hash(uids[0])]), store.uid_hashes, 3)
+    assert chosen.tolist() == [[1, -1, -1]]
+    batch = _batch([uids[0]])
+    cand = build_candidates(batch, chosen, store, SPECIAL, max_block_length=16)
+    assert cand.slot_mask.tolist() == [[True, True, False, False]]
+
+
+def test_null_document_is_in_slot_zero_with_an_empty_body():
+    store, uids = _store()
+    batch = _batch(["", ""])
+    cand = build_candidates(batch, torch.tensor([[0, 1], [2, 3]]), store, SPECIAL, max_block_length=16)
+    assert cand.block_ids[:, 0].tolist() == [-1, -1]
+    query = batch.query_input_ids[0][batch.query_attention_mask[0].bool()].tolist()
+    null_reader = cand.reader_input_ids[0, 0][cand.reader_attention_mask[0, 0].bool()].tolist()
+    assert null_reader == query + [SPECIAL.sep]  # [CLS] q [SEP] [SEP]: empty body
+    full = cand.reader_input_ids[0, 1][cand.reader_attention_mask[0, 1].bool()].tolist()
+    assert full == query + store.bodies[0] + [SPECIAL.sep]  # body only, no title (as the original)
+    assert cand.null_input_ids.tolist() == [[SPECIAL.cls, SPECIAL.sep, SPECIAL.sep]]
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_gradients_reach_both_embedders_and_the_encoder(shared):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    cfg = RetrieverConfig(embed_dim=16, share_embedders=shared, max_query_length=16, max_block_length=16,
+                          num_candidates=4, num_extra_retrieved=1)
+    model = RealmModel.from_config(config, cfg)
+    store, uids = _store()
+    batch = _batch([uids[0], uids[1], ""])
+    from realm.evaluation import embed_corpus
+
+    index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store, SPECIAL, 16))
+    from realm.retrieval import retrieve
+
+    batch = retrieve(model.embed_queries(batch), batch, index, store, SPECIAL, num_retrieved=3, num_extra=1,
+                     max_block_length=16)
+    assert not (batch.candidates.block_ids[:2, 1:] == torch.tensor([[0], [1]])).any()  # own source filtered
+    out = model(batch)
+    assert out.retrieval_logits.shape == (3, 4)
+    assert out.token_log_probs.shape == (3, 4, 2)
+    loss = marginal_mlm_loss(out.retrieval_logits, out.token_log_probs, batch.target_mask)
+    loss.backward()
+    towers = {"query": model.retriever.query_embedder, "doc": model.retriever.doc_embedder, "encoder": model.encoder}
+    for name, module in towers.items():
+        grads = [p.grad for p in module.parameters() if p.grad is not None]
+        assert grads and sum(g.abs().sum().item() for g in grads) > 0, f"no gradient reached the {name}"
+    if not shared:
+        # separate towers: the document tower's gradient comes only from re-embedding the candidates
+        assert model.retriever.doc_embedder.projection.weight.grad.abs().sum() > 0
+        assert model.retriever.query_embedder is not model.retriever.doc_embedder

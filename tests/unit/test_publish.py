@@ -1,0 +1,250 @@
+"""Crash-safe publishing: manifest last, readers ignore partial folders, corrupt files fail loudly, a killed builder
+leaves the live index untouched."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+import pytest
+import torch
+from transformers import BertConfig, BertTokenizer
+
+from index_builder.build import IndexBuilderConfig, run_builder
+from index_builder.publish import publish_embeddings
+from realm import run_dir as rd
+from realm.index import BruteForceIndex, IndexConfig
+from realm.retriever import Retriever, RetrieverConfig
+
+REPO = Path(__file__).resolve().parents[2]
+MAX_BLOCK_LENGTH = 24
+
+
+# ------------------------------------------------------------------------------------------------ fixtures
+
+
+def publish_random(run_dir: Path, step: int, *, num: int = 30, dim: int = 8, make_current: bool = True) -> Path:
+    """A published index version over random embeddings (no model needed)."""
+    staging = rd.new_staging(rd.index_dir(run_dir))
+    np.save(staging / rd.EMBEDDINGS_FILE, np.random.default_rng(step).standard_normal((num, dim)).astype(np.float32))
+    version = publish_embeddings(
+        run_dir, staging, step=step, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
+    )
+    if make_current:
+        rd.set_current_index(run_dir, version)
+    return version
+
+
+def make_run(tmp_path: Path, num_blocks: int) -> tuple[Path, Path, Path]:
+    """(run_dir, blocks_path, tokenizer_path) with a 40-word vocab and random tiny blocks."""
+    words = [f"w{i}" for i in range(40)]
+    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
+    tokenizer_path = tmp_path / "tokenizer"
+    BertTokenizer(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tokenizer_path)
+    rng = np.random.default_rng(0)
+    titles = [rng.integers(5, 45, rng.integers(1, 4)).tolist() for _ in range(num_blocks)]
+    bodies = [rng.integers(5, 45, rng.integers(1, 30)).tolist() for _ in range(num_blocks)]
+    features = datasets.Features({
+        "uid": datasets.Value("string"), "doc_id": datasets.Value("string"), "title": datasets.Value("string"),
+        "text": datasets.Value("string"), "title_ids": datasets.List(datasets.Value("int32")),
+        "body_ids": datasets.List(datasets.Value("int32")),
+    })
+    blocks = datasets.Dataset.from_dict({
+        "uid": [f"u{i}" for i in range(num_blocks)], "doc_id": [f"d{i // 3}" for i in range(num_blocks)],
+        "title": [""] * num_blocks, "text": [""] * num_blocks, "title_ids": titles, "body_ids": bodies,
+    }, features=features)
+    blocks.save_to_disk(tmp_path / "blocks")
+    return tmp_path / "run", tmp_path / "blocks", tokenizer_path
+
+
+def export_tiny(run_dir: Path, step: int, blocks: Path, tokenizer: Path) -> Path:
+    torch.manual_seed(step)
+    bert = BertConfig(vocab_size=45, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=64)
+    retriever = Retriever.from_config(bert, RetrieverConfig(embed_dim=16, max_block_length=MAX_BLOCK_LENGTH))
+    return rd.export_retriever(run_dir, step, retriever, blocks_path=str(blocks), tokenizer_path=str(tokenizer),
+                               max_block_length=MAX_BLOCK_LENGTH)
+
+
+# ------------------------------------------------------------------------------------------------ generic helpers
+
+
+def test_publish_folder_writes_manifest_last_and_renames(tmp_path, monkeypatch):
+    staging = rd.new_staging(tmp_path)
+    (staging / "data.bin").write_bytes(b"x" * 10)
+    synced, renamed = [], []
+    real_fsync_tree, real_rename = rd._fsync_tree, os.rename
+    monkeypatch.setattr(rd, "_fsync_tree", lambda p: (synced.append((p / rd.MANIFEST).exists()), real_fsync_tree(p)))
+    monkeypatch.setattr(
+        rd.os, "rename", lambda a, b: (renamed.append(Path(a, rd.MANIFEST).is_file()), real_rename(a, b))
+    )
+    assert rd.list_published(tmp_path, "v-") == []
+    final = rd.publish_folder(staging, tmp_path / "v-00000003", {"step": 3})
+    assert synced == [False] and renamed == [True]  # data synced before the manifest exists; manifest before rename
+    assert not staging.exists() and rd.read_manifest(final) == {"step": 3}
+    assert rd.list_published(tmp_path, "v-") == [(3, final)]
+    with pytest.raises(FileExistsError):
+        rd.publish_folder(rd.new_staging(tmp_path), final, {"step": 3})
+
+
+def test_readers_ignore_folders_without_a_readable_manifest(tmp_path):
+    (tmp_path / "v-00000001").mkdir()  # no manifest: a crash between mkdir and manifest
+    (tmp_path / "v-00000002").mkdir()
+    (tmp_path / "v-00000002" / rd.MANIFEST).write_text('{"step": 2')  # torn manifest
+    rd.new_staging(tmp_path)
+    good = rd.publish_folder(rd.new_staging(tmp_path), tmp_path / "v-00000000", {"step": 0})
+    assert rd.list_published(tmp_path, "v-") == [(0, good)]
+    assert rd.latest_published(tmp_path, "v-") == (0, good)
+    assert rd.latest_published(tmp_path / "missing", "v-") is None
+
+
+def test_pointer_is_replaced_atomically(tmp_path):
+    assert rd.read_pointer(tmp_path / "CURRENT") is None
+    rd.write_pointer(tmp_path / "CURRENT", "v-00000001")
+    rd.write_pointer(tmp_path / "CURRENT", "v-00000002")
+    assert rd.read_pointer(tmp_path / "CURRENT") == "v-00000002"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["CURRENT"]  # no temp file left behind
+
+
+def test_prune_keeps_newest_and_never_the_current_one(tmp_path):
+    for step in range(1, 6):
+        rd.publish_folder(rd.new_staging(tmp_path), tmp_path / rd.folder_name("v-", step), {"step": step})
+    rd.write_pointer(tmp_path / rd.CURRENT, "v-00000001")
+    removed = rd.prune(tmp_path, "v-", keep=2)
+    assert [p.name for p in removed] == ["v-00000002", "v-00000003"]
+    assert [s for s, _ in rd.list_published(tmp_path, "v-")] == [1, 4, 5]
+    assert not any(p.name.startswith(rd.STAGING_PREFIX) for p in tmp_path.iterdir())
+
+
+def test_clean_staging_removes_only_staging_leftovers(tmp_path):
+    leftover = rd.new_staging(tmp_path)
+    (leftover / "embeddings.npy").write_bytes(b"partial")
+    (tmp_path / f"{rd.STAGING_PREFIX}CURRENT-abc").write_text("v-1")  # a torn pointer write
+    kept = rd.publish_folder(rd.new_staging(tmp_path), tmp_path / "v-00000001", {"step": 1})
+    assert len(rd.clean_staging(tmp_path)) == 2
+    assert [p.name for p in tmp_path.iterdir()] == [kept.name]
+
+
+# ------------------------------------------------------------------------------------------------ index versions
+
+
+def test_published_version_loads_and_searches(tmp_path):
+    version = publish_random(tmp_path, 7)
+    assert rd.current_index_version(tmp_path) == version
+    published = rd.load_index_version(version)
+    assert published.step == 7 and published.num_vectors == 30
+    assert published.manifest["files"][rd.EMBEDDINGS_FILE]["size"] == (version / rd.EMBEDDINGS_FILE).stat().st_size
+    queries = torch.randn(4, 8)
+    _, ids = published.search(queries, 3)
+    assert torch.equal(ids, BruteForceIndex(published.embeddings()).search(queries, 3)[1])
+
+
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("flip", "embeddings.npy does not match its sha256"),
+        ("truncate", "index.faiss has"),
+        ("delete", "block_ids.npy is missing"),
+        ("manifest", "no readable manifest"),
+    ],
+)
+def test_corrupt_version_fails_verification_with_a_clear_error(tmp_path, damage, message):
+    version = publish_random(tmp_path, 3)
+    if damage == "flip":
+        data = bytearray((version / rd.EMBEDDINGS_FILE).read_bytes())
+        data[-1] ^= 0xFF
+        (version / rd.EMBEDDINGS_FILE).write_bytes(bytes(data))
+    elif damage == "truncate":
+        with open(version / rd.FAISS_FILE, "r+b") as f:
+            f.truncate(10)
+    elif damage == "delete":
+        (version / rd.BLOCK_IDS_FILE).unlink()
+    else:
+        (version / rd.MANIFEST).write_text("{")
+    with pytest.raises(rd.IndexVersionError, match=message) as err:
+        rd.load_index_version(version)
+    assert str(version) in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------------ killed builder
+
+
+def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"builder exited early with {proc.returncode}: {proc.stdout.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError("builder did not reach the expected state in time")
+        time.sleep(0.005)
+
+
+def _start_builder(run_dir: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "index_builder.build", "--config", str(REPO / "configs/index/default.yaml"),
+           "--run_dir", str(run_dir), "--once=true", "--batch_size=1", "--num_threads=1"]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def _embedding(index_dir: Path) -> bool:
+    return any((p / rd.EMBEDDINGS_FILE).exists() for p in index_dir.glob(f"{rd.STAGING_PREFIX}*"))
+
+
+class StopAfter(threading.Event):
+    """A stop flag that reads as set from its ``n``-th look on: a deterministic SIGTERM in the middle of a build."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.looks, self.n = 0, n
+
+    def is_set(self) -> bool:
+        self.looks += 1
+        return self.looks >= self.n
+
+
+def test_stop_requested_mid_build_discards_the_staging_folder(tmp_path):
+    run_dir, blocks, tokenizer = make_run(tmp_path, num_blocks=40)
+    publish_random(run_dir, 1)
+    export_tiny(run_dir, 2, blocks, tokenizer)
+    stop = StopAfter(4)  # the loop's first look, two batches, then stop
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), batch_size=4), stop=stop) == 0
+    assert stop.looks == 4
+    assert [p.name for p in rd.index_dir(run_dir).iterdir() if p.name.startswith(rd.STAGING_PREFIX)] == []
+    assert rd.load_index_version(rd.current_index_version(run_dir)).step == 1
+
+
+@pytest.mark.slow
+def test_builder_killed_mid_build_leaves_the_previous_version_live(tmp_path):
+    run_dir, blocks, tokenizer = make_run(tmp_path, num_blocks=2000)
+    publish_random(run_dir, 1)
+    export_tiny(run_dir, 2, blocks, tokenizer)
+    index_dir = rd.index_dir(run_dir)
+
+    proc = _start_builder(run_dir)
+    _wait_for(lambda: _embedding(index_dir), 120, proc)
+    time.sleep(0.05)  # inside the 2000 single-block forward passes
+    proc.kill()
+    proc.communicate(timeout=30)
+
+    (staging,) = index_dir.glob(f"{rd.STAGING_PREFIX}*")
+    with pytest.raises(rd.IndexVersionError, match="no readable manifest"):
+        rd.load_index_version(staging)
+    assert rd.read_pointer(index_dir / rd.CURRENT) == "v-00000001"
+    assert [s for s, _ in rd.list_published(index_dir, rd.INDEX_PREFIX)] == [1]
+    assert rd.load_index_version(rd.current_index_version(run_dir)).step == 1
+
+    # the next builder start removes the leftover and builds the pending export
+    threads = torch.get_num_threads()
+    try:
+        assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=500, num_threads=1)) == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert not staging.exists()
+    assert rd.load_index_version(rd.current_index_version(run_dir)).step == 2

@@ -1,0 +1,90 @@
+"""WordPiece training, saving and reloading; tokenizer loading checks."""
+
+from __future__ import annotations
+
+import pytest
+from tokenizers import Tokenizer
+from tokenizers.models import WordPiece
+from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
+from realm.packing import SpecialIds
+from realm.vocab import VocabConfig, check_tokenizer, load_tokenizer, tokenizer_from_config, train_wordpiece
+
+TEXTS = [
+    "Ada Lovelace was an English mathematician and writer.",
+    "She worked with Charles Babbage on the Analytical Engine.",
+    "Babbage was born in London on 26 December 1791.",
+    "The Analytical Engine was a proposed mechanical computer.",
+] * 5
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    out = tmp_path_factory.mktemp("vocab")
+    return train_wordpiece(TEXTS, 120, out, min_frequency=1), out
+
+
+def test_trained_vocab_reloads_with_auto_tokenizer(trained):
+    tokenizer, out = trained
+    reloaded = AutoTokenizer.from_pretrained(out)
+    text = "Lovelace met Babbage in London, 1833."
+    assert reloaded.is_fast
+    assert reloaded(text)["input_ids"] == tokenizer(text)["input_ids"]
+    assert reloaded.get_vocab() == tokenizer.get_vocab()
+    assert len(tokenizer) <= 120
+
+
+def test_special_tokens_have_bert_ids(trained):
+    tokenizer, _ = trained
+    ids = {token: tokenizer.convert_tokens_to_ids(token) for token in ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")}
+    assert ids == {"[PAD]": 0, "[UNK]": 1, "[CLS]": 2, "[SEP]": 3, "[MASK]": 4}
+    assert SpecialIds.of(tokenizer) == SpecialIds(cls=2, sep=3, pad=0, mask=4)
+    encoded = tokenizer("Ada", "London")["input_ids"]
+    assert encoded[0] == 2 and encoded[-1] == 3 and encoded.count(3) == 2  # [CLS] a [SEP] b [SEP]
+
+
+def test_uncased_vocab_lowercases_and_cased_keeps_case(trained, tmp_path):
+    tokenizer, _ = trained
+    assert tokenizer.tokenize("ADA") == tokenizer.tokenize("ada")
+    cased = train_wordpiece(TEXTS, 120, tmp_path, lowercase=False, min_frequency=1)
+    assert cased.tokenize("Ada") != cased.tokenize("ada")
+
+
+def test_load_tokenizer_reads_a_saved_folder_and_checks_specials(trained):
+    _, out = trained
+    tokenizer = load_tokenizer(str(out))
+    check_tokenizer(tokenizer)
+    assert tokenizer.mask_token == "[MASK]"
+
+
+def test_load_tokenizer_errors_are_clear(tmp_path):
+    with pytest.raises(FileNotFoundError, match="missing-tok"):
+        load_tokenizer(tmp_path / "missing-tok")
+    with pytest.raises(OSError, match="could not load a tokenizer from 'no-such-org/no-such-model'"):
+        load_tokenizer("no-such-org/no-such-model")  # offline in tests: fails fast
+
+
+def test_check_tokenizer_rejects_missing_specials():
+    bare = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordPiece({"[UNK]": 0, "a": 1}, unk_token="[UNK]")), unk_token="[UNK]"
+    )
+    with pytest.raises(ValueError, match="no cls, sep, pad, mask token"):
+        check_tokenizer(bare)
+
+
+def test_tokenizer_from_config_trains_once_then_reuses(tmp_path):
+    cfg = VocabConfig(vocab_size=100, min_frequency=1)
+    first = tokenizer_from_config(cfg, tmp_path / "tok", TEXTS)
+    again = tokenizer_from_config(cfg, tmp_path / "tok")  # no texts needed: the saved vocabulary is reused
+    assert again.get_vocab() == first.get_vocab()
+    with pytest.raises(ValueError, match="texts are needed"):
+        tokenizer_from_config(cfg, tmp_path / "other")
+
+
+def test_vocab_config_validation():
+    with pytest.raises(ValueError, match="vocab_size"):
+        VocabConfig(vocab_size=5)
+    with pytest.raises(ValueError, match="min_frequency"):
+        VocabConfig(min_frequency=0)
+    with pytest.raises(ValueError, match="tokenizer"):
+        VocabConfig(tokenizer=" ")

@@ -1,0 +1,121 @@
+"""The trainer's side of index refresh: a daemon thread that loads new index versions off the critical path.
+
+The thread polls ``RUN/index/CURRENT``; when it names a version newer than the last one loaded, the thread loads and
+verifies it (checksums included, which takes seconds at full scale) and leaves it in a one-slot mailbox. The loop
+``take()``s it between steps, so a refresh never stalls a step. A version that fails verification is logged and
+skipped for good (published versions are immutable), and the trainer keeps the index it has.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+from realm.index import IndexConfig
+from realm.run_dir import PublishedIndex, current_index_version, load_index_version, read_manifest
+
+logger = logging.getLogger(__name__)
+
+
+class IndexWatcher:
+    """Polls ``RUN/index/CURRENT`` in a daemon thread; ``take()``/``wait_for()`` hand over loaded versions.
+
+    Args:
+        run_dir: the run directory shared with the builder.
+        poll_interval_s: seconds between looks at CURRENT.
+        index_cfg: search parameters (nprobe, efSearch) applied to each loaded index.
+        verify: recompute file checksums when loading (sizes are always checked).
+    """
+
+    def __init__(
+        self, run_dir: str | Path, poll_interval_s: float = 1.0, *, index_cfg: IndexConfig | None = None,
+        verify: bool = True,
+    ) -> None:
+        if poll_interval_s <= 0:
+            raise ValueError(f"poll_interval_s must be positive, got {poll_interval_s}")
+        self.run_dir = Path(run_dir)
+        self.poll_interval_s = poll_interval_s
+        self.index_cfg = index_cfg
+        self.verify = verify
+        # note: one Condition guards the mailbox and the closed flag; waiting on it never spins.
+        self._cond = threading.Condition()
+        self._mailbox: PublishedIndex | None = None
+        self._closed = False
+        self._loaded_step = -1  # newest step loaded by the thread (taken or not); touched by the thread only
+        self._failed: set[str] = set()  # version folders that failed to load; thread only
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> "IndexWatcher":
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="index-watcher", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stops the thread (waiting for a load in progress to finish) and drops an untaken version."""
+        with self._cond:
+            self._closed = True
+            self._mailbox = None
+            self._cond.notify_all()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def __enter__(self) -> "IndexWatcher":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def take(self) -> PublishedIndex | None:
+        """The newest loaded version not taken yet, or None; never blocks on I/O."""
+        with self._cond:
+            published, self._mailbox = self._mailbox, None
+            return published
+
+    def wait_for(self, min_step: int, timeout_s: float | None = None) -> PublishedIndex | None:
+        """Blocks until an untaken version with ``step >= min_step`` is loaded and takes it.
+
+        Returns None on timeout or when the watcher is closed; an older untaken version stays in the mailbox.
+        """
+        def ready() -> bool:
+            return self._closed or (self._mailbox is not None and self._mailbox.step >= min_step)
+
+        with self._cond:
+            if not self._cond.wait_for(ready, timeout=timeout_s) or self._closed:
+                return None
+            published, self._mailbox = self._mailbox, None
+            return published
+
+    # ------------------------------------------------------------------------------------------ thread side
+
+    def _poll_once(self) -> None:
+        version = current_index_version(self.run_dir)
+        manifest = read_manifest(version) if version is not None else None
+        if manifest is None or int(manifest.get("step", -1)) <= self._loaded_step:
+            return
+        key = f"{version.name}@{manifest.get('created')}"  # note: a same-step rebuild gets a fresh chance
+        if key in self._failed:
+            return
+        try:
+            published = load_index_version(version, verify=self.verify, cfg=self.index_cfg)
+        except Exception as err:  # note: a bad version must never kill the thread; keep the last good index
+            logger.warning("skipping index version %s: %s", version.name, err)
+            self._failed.add(key)
+            return
+        self._loaded_step = published.step
+        with self._cond:
+            if not self._closed:
+                self._mailbox = published  # note: replaces an older untaken version; only the newest matters
+                self._cond.notify_all()
+        logger.info("loaded index version %s (%d vectors)", version.name, published.num_vectors)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                self._poll_once()
+            except Exception:
+                logger.exception("index watcher poll failed; retrying")
+            with self._cond:
+                if self._cond.wait_for(lambda: self._closed, timeout=self.poll_interval_s):
+                    return

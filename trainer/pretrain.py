@@ -1,0 +1,34 @@
+"""``realm train`` / ``python -m trainer.pretrain --config configs/pretrain/tiny.yaml [--section.key=value ...]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from accelerate import Accelerator
+
+from realm.config import load_config
+from realm.logging import init_logging
+from trainer.config import PretrainConfig
+from trainer.loop import Trainer
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="realm train", description="REALM pre-training (the trainer process).")
+    parser.add_argument("--config", required=True, help="YAML file of a PretrainConfig")
+    args, overrides = parser.parse_known_args(argv)
+    accelerator = Accelerator()
+    init_logging(accelerator.is_main_process)
+    cfg = load_config(PretrainConfig, args.config, overrides)
+    trainer = Trainer(cfg, accelerator)
+    try:
+        summary = trainer.run()
+        trainer.evaluate()
+    finally:
+        trainer.close()
+    accelerator.print(json.dumps(summary, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
