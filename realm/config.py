@@ -125,7 +125,7 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
             raw = args[i + 1]
             i += 1
         i += 1
-        value = yaml.safe_load(raw) if raw != "" else ""
+        value = _parse_scalar(raw)
         node = nested
         parts = key.replace("-", "_").split(".")
         for part in parts[:-1]:
@@ -134,6 +134,19 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
                 raise ConfigError(f"override {arg!r} conflicts with an earlier override")
         node[parts[-1]] = value
     return nested
+
+
+def _parse_scalar(raw: str) -> Any:
+    """A YAML scalar, except that ``2e-3`` is a float (YAML 1.1 would read it as a string)."""
+    if raw == "":
+        return ""
+    value = yaml.safe_load(raw)
+    if isinstance(value, str):
+        try:
+            return float(raw)
+        except ValueError:
+            return value
+    return value
 
 
 def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:

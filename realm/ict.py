@@ -6,7 +6,6 @@ gets a learning signal (REALM's cold-start problem).
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -14,16 +13,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from realm.marginal import upcast
 from realm.masking import example_rng
 from realm.packing import SpecialIds, block_batch, pack_single, pad
-
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=\S)")
-
-
-def split_sentences(text: str) -> list[str]:
-    """Splits a block body into sentences at ., ! or ? followed by whitespace."""
-    return [s for s in _SENTENCE_END.split(text.strip()) if s]
-
 
 def ict_loss(query_emb: Tensor, block_emb: Tensor, label_offset: int = 0) -> tuple[Tensor, Tensor]:
     """In-batch softmax: query i's positive is block ``label_offset + i``, every other block is a negative.
@@ -36,7 +28,7 @@ def ict_loss(query_emb: Tensor, block_emb: Tensor, label_offset: int = 0) -> tup
     Returns:
         (scalar cross-entropy loss, scalar accuracy of the in-batch argmax).
     """
-    scores = query_emb.float() @ block_emb.float().T  # [B, G]
+    scores = upcast(query_emb) @ upcast(block_emb).T  # [B, G]
     labels = torch.arange(scores.shape[0], device=scores.device) + label_offset
     return F.cross_entropy(scores, labels), (scores.argmax(-1) == labels).float().mean().detach()
 

@@ -12,7 +12,7 @@ import torch
 from torch import Tensor
 
 
-def _upcast(x: Tensor) -> Tensor:
+def upcast(x: Tensor) -> Tensor:
     """At least float32 (bf16/fp16 logits from autocast); float64 stays float64 for exact tests."""
     return x.to(torch.promote_types(x.dtype, torch.float32))
 
@@ -35,8 +35,8 @@ def marginal_token_log_probs(retrieval_logits: Tensor, token_log_probs: Tensor) 
     Returns:
         [B, M] marginal log-likelihood of each masked token.
     """
-    log_p_z = torch.log_softmax(_upcast(retrieval_logits), dim=-1)
-    return torch.logsumexp(log_p_z.unsqueeze(-1) + _upcast(token_log_probs), dim=1)
+    log_p_z = torch.log_softmax(upcast(retrieval_logits), dim=-1)
+    return torch.logsumexp(log_p_z.unsqueeze(-1) + upcast(token_log_probs), dim=1)
 
 
 def _masked_mean(values: Tensor, mask: Tensor) -> Tensor:
@@ -64,8 +64,8 @@ def marginal_span_loss(retrieval_logits: Tensor, token_log_probs: Tensor, mask: 
     Shapes as :func:`marginal_mlm_loss`; averaged over examples that have at least one masked token.
     """
     _check_shapes(retrieval_logits, token_log_probs, mask)
-    log_p_z = torch.log_softmax(_upcast(retrieval_logits), dim=-1)
-    span_log_probs = (_upcast(token_log_probs) * mask.unsqueeze(1).to(token_log_probs.dtype)).sum(-1)  # [B, K]
+    log_p_z = torch.log_softmax(upcast(retrieval_logits), dim=-1)
+    span_log_probs = (upcast(token_log_probs) * mask.unsqueeze(1).to(token_log_probs.dtype)).sum(-1)  # [B, K]
     per_example = -torch.logsumexp(log_p_z + span_log_probs, dim=-1)
     return _masked_mean(per_example, (mask.sum(-1) > 0))
 
@@ -73,7 +73,7 @@ def marginal_span_loss(retrieval_logits: Tensor, token_log_probs: Tensor, mask: 
 def closed_book_loss(retrieval_logits: Tensor, token_log_probs: Tensor, mask: Tensor) -> Tensor:
     """Baseline: the encoder conditioned on the null document only (slot 0); retrieval is ignored."""
     _check_shapes(retrieval_logits, token_log_probs, mask)
-    return -_masked_mean(_upcast(token_log_probs[:, 0]), mask)
+    return -_masked_mean(upcast(token_log_probs[:, 0]), mask)
 
 
 LOSSES: dict[str, Callable[[Tensor, Tensor, Tensor], Tensor]] = {
@@ -98,6 +98,6 @@ def retrieval_metrics(retrieval_logits: Tensor, token_log_probs: Tensor, mask: T
     - ``null_doc_prob``: mean p(z = null | x), the probability mass left on slot 0.
     """
     marginal = marginal_token_log_probs(retrieval_logits, token_log_probs)
-    utility = _masked_mean(marginal - _upcast(token_log_probs[:, 0]), mask)
-    null_prob = torch.softmax(_upcast(retrieval_logits), dim=-1)[:, 0].mean()
+    utility = _masked_mean(marginal - upcast(token_log_probs[:, 0]), mask)
+    null_prob = torch.softmax(upcast(retrieval_logits), dim=-1)[:, 0].mean()
     return {"retrieval_utility": utility, "null_doc_prob": null_prob}

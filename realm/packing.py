@@ -65,7 +65,8 @@ def pad(sequences: Sequence[Sequence[int]], pad_id: int, length: int | None = No
 
 def block_batch(titles: Sequence[Sequence[int]], bodies: Sequence[Sequence[int]], special: SpecialIds, max_length: int) -> dict[str, Tensor]:
     """Document-embedder inputs for blocks: dict with input_ids, attention_mask, token_type_ids, each [N, L]."""
-    packed = [pack_pair(t, b, special, max_length) for t, b in zip(titles, bodies)]
+    # note: a title never takes more than half the block, so an overlong title cannot make a block unpackable
+    packed = [pack_pair(list(t)[: max_length // 2], b, special, max_length) for t, b in zip(titles, bodies)]
     ids, mask = pad([p[0] for p in packed], special.pad)
     types, _ = pad([p[1] for p in packed], 0, ids.shape[1])
     return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}

@@ -31,6 +31,8 @@ class RetrieverConfig:
     """Slots per query handed to the encoder: the null document in slot 0 plus ``num_candidates - 1`` retrieved."""
     num_extra_retrieved: int = 4
     """Over-retrieval so the slots stay full after the source-document filter drops trivial candidates."""
+    pooling: str = "cls"
+    """``cls`` (REALM: the [CLS] vector) or ``mean`` (masked mean over wordpieces) before the projection."""
 
     def __post_init__(self) -> None:
         if self.embed_dim <= 0:
@@ -39,6 +41,8 @@ class RetrieverConfig:
             raise ValueError(f"num_candidates must be >= 2 (null document + one retrieved), got {self.num_candidates}")
         if self.num_extra_retrieved < 0:
             raise ValueError(f"num_extra_retrieved must be >= 0, got {self.num_extra_retrieved}")
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
         if self.max_query_length < 4 or self.max_block_length < 4:
             raise ValueError("max_query_length and max_block_length must be at least 4 wordpieces")
 
@@ -62,13 +66,17 @@ class Embedder(BertPreTrainedModel):
         hidden = self.bert(
             input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
         ).last_hidden_state
+        if getattr(self.config, "pooling", "cls") == "mean":
+            weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            return self.projection((hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0))
         return self.projection(hidden[:, 0])
 
 
-def embedder_config(bert_config: BertConfig, embed_dim: int) -> BertConfig:
-    """A copy of ``bert_config`` that records the projection size, so ``from_pretrained`` rebuilds it."""
+def embedder_config(bert_config: BertConfig, embed_dim: int, pooling: str = "cls") -> BertConfig:
+    """A copy of ``bert_config`` that records the projection size and pooling, so ``from_pretrained`` rebuilds it."""
     config = BertConfig.from_dict(bert_config.to_dict())
     config.embed_dim = embed_dim
+    config.pooling = pooling
     return config
 
 
@@ -78,17 +86,21 @@ class Retriever(nn.Module):
     def __init__(self, query_embedder: Embedder, doc_embedder: Embedder | None = None) -> None:
         super().__init__()
         self.query_embedder = query_embedder
-        # note: registering the same module twice shares its parameters; state_dict keeps one copy per name,
-        # so `shared` is recorded explicitly when saving.
-        self.doc_embedder = doc_embedder if doc_embedder is not None else query_embedder
+        # note: a shared document tower is not registered a second time, so state dicts, optimizers and DDP see
+        # each parameter under exactly one name.
+        self.separate_doc_embedder = doc_embedder
+
+    @property
+    def doc_embedder(self) -> Embedder:
+        return self.separate_doc_embedder if self.separate_doc_embedder is not None else self.query_embedder
 
     @property
     def shared(self) -> bool:
-        return self.doc_embedder is self.query_embedder
+        return self.separate_doc_embedder is None
 
     @classmethod
     def from_config(cls, bert_config: BertConfig, cfg: RetrieverConfig) -> "Retriever":
-        config = embedder_config(bert_config, cfg.embed_dim)
+        config = embedder_config(bert_config, cfg.embed_dim, cfg.pooling)
         query = Embedder(config)
         return cls(query, None if cfg.share_embedders else Embedder(config))
 
@@ -96,7 +108,7 @@ class Retriever(nn.Module):
     def from_bert(cls, name_or_path: str, cfg: RetrieverConfig) -> "Retriever":
         """Initialises both towers from a pretrained BERT (the projection starts random)."""
         bert_config = BertConfig.from_pretrained(name_or_path)
-        config = embedder_config(bert_config, cfg.embed_dim)
+        config = embedder_config(bert_config, cfg.embed_dim, cfg.pooling)
         query = Embedder.from_pretrained(name_or_path, config=config)
         doc = None if cfg.share_embedders else Embedder.from_pretrained(name_or_path, config=config)
         return cls(query, doc)

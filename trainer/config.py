@@ -29,6 +29,9 @@ class TrainConfig:
     keep_checkpoints: int = 2
     eval_interval: int = 0
     """Steps between held-out evaluations on the live index (0: only at the end)."""
+    stop_at_step: int = 0
+    """End this invocation at this step with a checkpoint, as a pre-empted job would (0: run to max_steps); the
+    learning-rate schedule still targets ``max_steps``, so a resumed run continues exactly."""
     resume: str = "auto"
     """``auto``: newest complete checkpoint in run_dir if any; ``never``; or a checkpoint folder."""
     init_retriever: str = ""
@@ -45,6 +48,8 @@ class TrainConfig:
             raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {self.loss!r}")
         if min(self.log_interval, self.save_interval, self.keep_checkpoints) <= 0 or self.eval_interval < 0:
             raise ValueError("log_interval, save_interval and keep_checkpoints must be positive")
+        if self.stop_at_step < 0:
+            raise ValueError(f"stop_at_step must be >= 0, got {self.stop_at_step}")
         explicit_resume = self.resume not in ("auto", "never")
         if explicit_resume and (self.init_retriever or self.init_encoder):
             raise ValueError("resume from a checkpoint and init_* warm starts cannot both be set")

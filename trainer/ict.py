@@ -19,7 +19,8 @@ from torch.utils.data import DataLoader
 
 from realm.config import load_config, save_config
 from realm.corpus import load_blocks
-from realm.ict import ICTCollator, ict_loss, split_sentences
+from realm.ict import ICTCollator, ict_loss
+from realm.sentences import split_sentences
 from realm.logging import MetricsLogger, init_logging, set_num_threads
 from realm.model import ModelConfig
 from realm.packing import SpecialIds
@@ -68,7 +69,7 @@ def ict_examples(blocks: datasets.Dataset, tokenizer) -> datasets.Dataset:
     dropped (the count is logged)."""
 
     def split(batch: dict) -> dict:
-        sentences = [split_sentences(text) for text in batch["text"]]
+        sentences = [[text[a:b] for a, b in split_sentences(text)] for text in batch["text"]]
         flat = [s for group in sentences for s in group]
         ids = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
         out, i = [], 0

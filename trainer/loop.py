@@ -29,7 +29,7 @@ from realm.corpus import load_blocks
 from realm.logging import MetricsLogger, set_num_threads
 from realm.retriever import Retriever
 from realm.encoder import KnowledgeAugmentedEncoder
-from realm.run_dir import export_retriever, latest_retriever_export, mark_done
+from realm.run_dir import clean_staging, export_retriever, latest_retriever_export, mark_done, retriever_dir
 from realm.vocab import load_tokenizer
 from trainer.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from trainer.config import PretrainConfig
@@ -147,6 +147,9 @@ class Trainer:
             )
 
     def _swap(self, published) -> None:
+        if published.step > self.step:
+            logger.warning("index v%d was built from weights after this run's step %d (a run resumed from an "
+                           "earlier checkpoint); it is used until the next refresh", published.step, self.step)
         self.index = published
         self.totals.num_index_refreshes += 1
         logger.info("step %d: swapped in index v%d (staleness %d)", self.step, published.step, self.step - published.step)
@@ -184,6 +187,8 @@ class Trainer:
         cfg = self.cfg
         start_wall = time.perf_counter()
         wall_before = self.totals.wall_s
+        if self.accelerator.is_main_process:
+            clean_staging(retriever_dir(self.run_dir))  # exports a crashed trainer left half-written
         latest = latest_retriever_export(self.run_dir)
         if latest is None or latest[0] < self.step:
             self.export_retriever()
@@ -198,8 +203,9 @@ class Trainer:
         )
         window: list[dict] = []
         t_window = time.perf_counter()
+        last_step = min(cfg.train.max_steps, cfg.train.stop_at_step or cfg.train.max_steps)
         for batch in loader:
-            if self.step >= cfg.train.max_steps:
+            if self.step >= last_step:
                 break
             self.maybe_swap_index()
             batch = batch.to(self.accelerator.device)
@@ -209,7 +215,7 @@ class Trainer:
                 query_emb = self.unwrapped.embed_queries(batch)
             self.model.train()
             batch = retrieve(
-                query_emb, batch, self.index.index, self.store, self.special,
+                query_emb, batch, self.index, self.store, self.special,
                 num_retrieved=cfg.retriever.num_retrieved, num_extra=cfg.retriever.num_extra_retrieved,
                 max_block_length=cfg.retriever.max_block_length,
             ).to(self.accelerator.device)
@@ -226,12 +232,12 @@ class Trainer:
 
             if self.schedule.is_due(self.step):
                 self.export_retriever()
-            if self.step % cfg.train.log_interval == 0 or self.step == cfg.train.max_steps:
+            if self.step % cfg.train.log_interval == 0 or self.step == last_step:
                 self.log_window(window, time.perf_counter() - t_window)
                 window, t_window = [], time.perf_counter()
             if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
                 self.evaluate()
-            if self.step % cfg.train.save_interval == 0 or self.step == cfg.train.max_steps:
+            if self.step % cfg.train.save_interval == 0 or self.step == last_step:
                 self.totals.wall_s = wall_before + time.perf_counter() - start_wall
                 self.save()
         self.totals.wall_s = wall_before + time.perf_counter() - start_wall
@@ -246,7 +252,7 @@ class Trainer:
         metrics.update({
             "train/lr": self.scheduler.get_last_lr()[0],
             "index/version": self.index.step,
-            "index/staleness": self.step - self.index.step,
+            "index/staleness": max(self.step - self.index.step, 0),
             "index/num_refreshes": self.totals.num_index_refreshes,
             "time/step_s": seconds / len(window),
             "time/retrieve_s": sum(w["retrieve_s"] for w in window) / len(window),
@@ -263,7 +269,7 @@ class Trainer:
             return {}
         gold = gold_titles(self.cfg.data.heldout)
         result = evaluate_heldout(
-            self.unwrapped, self.heldout, self.store, self.special, self.cfg.retriever, index=self.index.index,
+            self.unwrapped, self.heldout, self.store, self.special, self.cfg.retriever, index=self.index,
             batch_size=self.cfg.eval.batch_size, max_examples=self.cfg.eval.max_examples, gold_titles=gold,
         ).as_dict()
         self.metrics.log(result, self.step)

@@ -1,0 +1,69 @@
+"""End to end on the tiny world: trainer and builder as separate processes, refreshes, checkpoints, exact resume."""
+
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from realm.logging import read_metrics
+from realm.run_dir import list_published
+from tests.integration.conftest import ROOT, data_overrides, last_json, run_module, subprocess_env
+
+pytestmark = pytest.mark.slow
+TINY = "configs/pretrain/tiny.yaml"
+
+
+def _losses(run_dir) -> dict[int, float]:
+    return {r["step"]: r["train/loss"] for r in read_metrics(run_dir / "metrics.jsonl") if "train/loss" in r}
+
+
+def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, tmp_path):
+    run = tmp_path / "run"
+    builder = subprocess.Popen(
+        [sys.executable, "-m", "index_builder.build", "--config", "configs/index/tiny.yaml", f"--run_dir={run}"],
+        cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    try:
+        proc = run_module("trainer.pretrain", "--config", TINY, f"--train.run_dir={run}",
+                          "--refresh.spawn_builder=false", *data_overrides(tiny_world))
+        summary = last_json(proc.stdout)
+        # a standalone builder exits by itself once the trainer has written DONE and everything is indexed
+        builder.wait(timeout=60)
+    finally:
+        if builder.poll() is None:
+            builder.kill()
+    assert builder.returncode == 0, builder.stdout.read()[-3000:]
+    assert summary["step"] == 6
+    assert summary["num_index_refreshes"] >= 3  # the initial index plus refreshes after steps 2 and 4
+    assert [p.name for _, p in list_published(run / "checkpoints", "step-")] == [
+        "step-00000003", "step-00000006"]
+    versions = list_published(run / "index", "v-")
+    assert versions and all((p / "manifest.json").is_file() for _, p in versions)
+    manifest = json.loads((versions[-1][1] / "manifest.json").read_text())
+    assert manifest["num_vectors"] > 0 and manifest["dim"] == 16
+    losses = _losses(run)
+    assert sorted(losses) == [2, 4, 6] and all(math.isfinite(v) for v in losses.values())
+
+    # resume to 8 steps: exactly 2 more, from the newest complete checkpoint
+    proc = run_module("trainer.pretrain", "--config", TINY, f"--train.run_dir={run}", "--train.max_steps=8",
+                      *data_overrides(tiny_world))
+    assert last_json(proc.stdout)["step"] == 8
+    assert sorted(_losses(run)) == [2, 4, 6, 8]
+    assert "resumed from" in proc.stderr and "step-00000006" in proc.stderr
+
+
+def test_stopped_and_resumed_run_reaches_the_same_losses(tiny_world, tmp_path):
+    common = ["--config", TINY, "--train.log_interval=1", "--train.save_interval=100", *data_overrides(tiny_world)]
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    run_module("trainer.pretrain", *common, f"--train.run_dir={straight}")
+    run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}", "--train.stop_at_step=3")
+    assert sorted(_losses(interrupted)) == [1, 2, 3]
+    run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}")
+    a, b = _losses(straight), _losses(interrupted)
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), f"step {step}: {a[step]} vs {b[step]}"

@@ -1,0 +1,65 @@
+"""Every YAML in configs/ builds its dataclass tree; unknown keys and wrong types are errors that name the key."""
+
+from pathlib import Path
+
+import pytest
+
+from index_builder.build import IndexBuilderConfig
+from realm.config import ConfigError, load_config, parse_overrides
+from trainer.config import PretrainConfig
+from trainer.ict import ICTConfig
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+SCHEMAS = {"pretrain": PretrainConfig, "ict": ICTConfig, "index": IndexBuilderConfig}
+
+
+def _all_configs():
+    return sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name in SCHEMAS)
+
+
+def test_every_config_folder_has_a_schema():
+    folders = {p.parent.name for p in CONFIGS.rglob("*.yaml") if p.parent.parent == CONFIGS}
+    assert folders <= set(SCHEMAS), f"config folders without a schema: {folders - set(SCHEMAS)}"
+
+
+@pytest.mark.parametrize("path", _all_configs(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_config_loads_and_validates(path):
+    cfg = load_config(SCHEMAS[path.parent.name], path)
+    assert cfg is not None
+
+
+def test_unknown_key_is_an_error_naming_it(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  max_step: 10\n")
+    with pytest.raises(ConfigError, match=r"bad.yaml.train: unknown key\(s\) \['max_step'\]"):
+        load_config(PretrainConfig, bad)
+
+
+def test_unknown_override_is_an_error():
+    with pytest.raises(ConfigError, match="unknown key"):
+        load_config(PretrainConfig, CONFIGS / "pretrain/tiny.yaml", ["--optim.learning_rate=1e-4"])
+
+
+def test_type_mismatch_is_an_error_naming_the_key():
+    with pytest.raises(ConfigError, match=r"train.max_steps: expected an integer"):
+        load_config(PretrainConfig, None, {"train": {"max_steps": "many"}})
+
+
+def test_validation_errors_name_the_section():
+    with pytest.raises(ConfigError, match="retriever.*num_candidates"):
+        load_config(PretrainConfig, None, ["--retriever.num_candidates=1"])
+
+
+def test_overrides_are_dotted_and_typed():
+    assert parse_overrides(["--optim.lr=2e-3", "--train.max_steps", "7", "--refresh.spawn_builder=true"]) == {
+        "optim": {"lr": 0.002}, "train": {"max_steps": 7}, "refresh": {"spawn_builder": True}
+    }
+    with pytest.raises(ConfigError, match="expected --section.key=value"):
+        parse_overrides(["max_steps=3"])
+    cfg = load_config(PretrainConfig, CONFIGS / "pretrain/tiny.yaml", ["--optim.lr=2e-3", "--train.max_steps=7"])
+    assert cfg.optim.lr == 0.002 and cfg.train.max_steps == 7
+
+
+def test_warm_start_and_explicit_resume_cannot_both_be_set():
+    with pytest.raises(ConfigError, match="cannot both be set"):
+        load_config(PretrainConfig, None, ["--train.resume=/x/step-00000010", "--train.init_retriever=/y"])

@@ -1,0 +1,38 @@
+"""The refresh schedule and checkpoint resolution."""
+
+import pytest
+
+from realm.run_dir import new_staging, publish_folder
+from trainer.checkpoint import resolve_resume
+from trainer.refresh import RefreshConfig, RefreshSchedule
+
+
+def test_piecewise_schedule_is_due_on_its_intervals():
+    schedule = RefreshSchedule.parse("0-1000:100,1000-:1000")
+    due = [s for s in range(0, 3500) if schedule.is_due(s)]
+    assert due == [100, 200, 300, 400, 500, 600, 700, 800, 900, 1000, 2000, 3000]
+    assert not RefreshSchedule.parse("0-:5").is_due(0)  # the initial export happens at start-up
+
+
+@pytest.mark.parametrize("bad", ["0-10", "10-5:2", "0-:0", "0-100:10,50-:10", "x"])
+def test_bad_schedules_are_rejected(bad):
+    with pytest.raises(ValueError, match="refresh schedule"):
+        RefreshSchedule.parse(bad)
+
+
+def test_refresh_config_builds_its_schedule():
+    assert RefreshConfig(refresh_interval=7).schedule().is_due(14)
+    assert RefreshConfig(refresh_schedule="0-:3").schedule().is_due(3)
+
+
+def test_resume_picks_latest_complete_checkpoint(tmp_path):
+    parent = tmp_path / "checkpoints"
+    for step in (3, 6):
+        staging = new_staging(parent)
+        (staging / "model.safetensors").write_bytes(b"x")
+        publish_folder(staging, parent / f"step-{step:08d}", {"step": step})
+    (parent / "step-00000009").mkdir()  # a crash before its manifest: never resumed from
+    assert resolve_resume(tmp_path, "auto") == parent / "step-00000006"
+    assert resolve_resume(tmp_path, "never") is None
+    with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
+        resolve_resume(tmp_path, str(parent / "step-00000009"))

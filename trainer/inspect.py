@@ -1,0 +1,283 @@
+"""Looking into a run: ``realm evaluate-mlm RUN`` (held-out masked-fact metrics) and ``realm inspect RUN "query"``.
+
+Both load the same things through ``load_run``: the run's resolved ``config.yaml``, its tokenizer and blocks, and the
+model from the newest complete checkpoint (or ``--checkpoint``). Checkpoints are ``accelerator.save_state`` folders,
+whose ``model.safetensors`` holds the ``RealmModel`` state dict without the MLM decoder weights tied to the word
+embeddings (safetensors cannot store aliases); anything else missing or unexpected is an error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from realm import run_dir as rd
+from realm.config import ConfigError, load_config
+from realm.corpus import load_blocks
+from realm.evaluation import embed_corpus, evaluate_heldout, gold_titles
+from realm.index import BruteForceIndex, DocumentIndex
+from realm.model import RealmModel
+from realm.packing import SpecialIds, pack_single, pad
+from realm.retrieval import BlockStore
+from realm.sentences import DataFileError, load_jsonl_dataset, prepare_sentences
+from realm.vocab import load_tokenizer
+from trainer.checkpoint import TRAINER_STATE, resolve_resume
+from trainer.config import PretrainConfig
+
+MODEL_FILE = "model.safetensors"
+"""What ``accelerator.save_state`` names the weights of the first (here: only) prepared model."""
+
+
+class RunError(RuntimeError):
+    """A run directory, checkpoint or index that cannot be used; the message says what and where."""
+
+
+@dataclass
+class LoadedRun:
+    """Everything the inspection commands need from a run, loaded once."""
+
+    run_dir: Path
+    cfg: PretrainConfig
+    tokenizer: PreTrainedTokenizerBase
+    special: SpecialIds
+    store: BlockStore
+    model: RealmModel
+    checkpoint: Path
+    step: int
+    """Optimizer step of the checkpoint."""
+
+
+def _local_path(path: str, fallback: str | None) -> str:
+    """``path`` from the run's config, or ``fallback`` (the absolute path the retriever export recorded) when
+    ``path`` is relative to another working directory; ``path`` itself when neither exists."""
+    if path and Path(path).exists():
+        return path
+    return fallback if fallback and Path(fallback).exists() else path
+
+
+def load_model(cfg: PretrainConfig, vocab_size: int, weights: Path) -> RealmModel:
+    """A ``RealmModel`` of the run's shape with the weights of ``weights`` (a ``model.safetensors``).
+
+    The model is built from the config alone (``RealmModel.from_config``): warm starts and ``model.init_from`` would
+    only load weights the checkpoint overwrites. Missing keys are accepted only when they alias a loaded tensor
+    (the tied MLM decoder); unexpected keys and shape mismatches are errors.
+    """
+    from safetensors.torch import load_file
+
+    model = RealmModel.from_config(cfg.model.bert_config(vocab_size), cfg.retriever)
+    state = load_file(str(weights))
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches
+        raise RunError(f"{weights} does not fit the model of the run's config: {err}") from None
+    aliases: dict[int, list[str]] = defaultdict(list)
+    for name, tensor in model.state_dict().items():
+        aliases[tensor.untyped_storage().data_ptr()].append(name)
+    alias_of = {name: names for names in aliases.values() for name in names}
+    untied = [k for k in result.missing_keys if not any(a in state for a in alias_of.get(k, []) if a != k)]
+    if untied or result.unexpected_keys:
+        raise RunError(
+            f"{weights} does not match the model of the run's config: missing {untied[:5]}"
+            f"{' ...' if len(untied) > 5 else ''}, unexpected {result.unexpected_keys[:5]}"
+            f"{' ...' if len(result.unexpected_keys) > 5 else ''}"
+        )
+    return model.eval()
+
+
+def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
+    """Config, tokenizer, blocks and model (newest complete checkpoint, or ``checkpoint``) of a run directory."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise RunError(f"run directory not found: {run}")
+    config_file = run / "config.yaml"
+    if not config_file.is_file():
+        raise RunError(f"{run} has no config.yaml (is it a run directory written by `realm train`?)")
+    cfg = load_config(PretrainConfig, config_file)
+    cfg.train.init_retriever = cfg.train.init_encoder = ""
+
+    try:
+        folder = resolve_resume(run, "auto" if checkpoint is None else checkpoint)
+    except FileNotFoundError as err:
+        raise RunError(str(err)) from None
+    if folder is None:
+        raise RunError(f"no complete checkpoint under {rd.checkpoints_dir(run)} (one is written every "
+                       f"train.save_interval={cfg.train.save_interval} steps); pass --checkpoint to choose one")
+    weights = folder / MODEL_FILE
+    if not weights.is_file():
+        raise RunError(f"{folder} has no {MODEL_FILE} (not a checkpoint written by accelerator.save_state)")
+    try:
+        step = int(json.loads((folder / TRAINER_STATE).read_text())["step"])
+    except (OSError, ValueError, KeyError):
+        step = int((rd.read_manifest(folder) or {}).get("step", -1))
+
+    export = rd.latest_retriever_export(run)
+    manifest = export[2] if export else {}
+    where = "relative paths are read from the current directory"
+    try:
+        tokenizer = load_tokenizer(_local_path(cfg.data.tokenizer, manifest.get("tokenizer")))
+    except (OSError, ValueError) as err:
+        raise RunError(f"data.tokenizer of {config_file} ({where}): {err}") from None
+    blocks = _local_path(cfg.data.blocks, manifest.get("blocks"))
+    if not blocks or not Path(blocks).is_dir():
+        raise RunError(f"data.blocks = {cfg.data.blocks!r} of {config_file} not found ({where})")
+    store = BlockStore(load_blocks(blocks))
+    model = load_model(cfg, len(tokenizer), weights)
+    return LoadedRun(run, cfg, tokenizer, SpecialIds.of(tokenizer), store, model, folder, step)
+
+
+def _guard(command: str, fn, args: argparse.Namespace) -> int:
+    """Runs ``fn(args)``; user errors (missing run, config, checkpoint, index, bad data) become one line on stderr."""
+    try:
+        return fn(args)
+    except (RunError, ConfigError, DataFileError, FileNotFoundError, rd.IndexVersionError) as err:
+        print(f"realm {command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+# ---------------------------------------------------------------------------------------------- evaluate-mlm
+
+
+def main_evaluate_mlm(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="realm evaluate-mlm",
+        description="Held-out masked-fact accuracy of a run's checkpoint, with retrieval (exact search over freshly "
+                    "embedded blocks) and closed book, plus gold-article recall.",
+    )
+    parser.add_argument("run", help="run directory")
+    parser.add_argument("--checkpoint", default=None, help="checkpoint folder (default: newest complete one)")
+    parser.add_argument("--heldout", default=None, help="held-out jsonl with answer_start/answer_end "
+                                                        "(default: data.heldout of the run)")
+    parser.add_argument("--max-examples", type=int, default=None, help="default: eval.max_examples of the run")
+    parser.add_argument("--json", default=None, metavar="OUT", help="also write the metrics to this json file")
+    return _guard("evaluate-mlm", _evaluate_mlm, parser.parse_args(argv))
+
+
+def _evaluate_mlm(args: argparse.Namespace) -> int:
+    loaded = load_run(args.run, args.checkpoint)
+    cfg = loaded.cfg
+    heldout = args.heldout or cfg.data.heldout
+    if not heldout:
+        raise RunError(f"no held-out file: pass --heldout or set data.heldout in {loaded.run_dir / 'config.yaml'}")
+    if not Path(heldout).is_file():
+        raise RunError(f"held-out file not found: {heldout}")
+    # note: no tagger is needed (the gold span is masked), so prepare_sentences' "no salient span" warning is noise
+    logging.getLogger("realm.sentences").setLevel(logging.ERROR)
+    rows = prepare_sentences(load_jsonl_dataset(heldout), loaded.tokenizer, None, cfg.retriever.max_query_length)
+    if all(span[0] < 0 for span in rows["gold_span"]):
+        raise RunError(f"{heldout}: no sentence has a gold answer span (answer_start/answer_end) within "
+                       f"{cfg.retriever.max_query_length - 2} wordpieces")
+    metrics = evaluate_heldout(
+        loaded.model, rows, loaded.store, loaded.special, cfg.retriever, index=None,
+        batch_size=cfg.eval.batch_size, max_examples=args.max_examples or cfg.eval.max_examples,
+        gold_titles=gold_titles(heldout),
+    )
+    print(f"run {loaded.run_dir}  checkpoint {loaded.checkpoint.name} (step {loaded.step})  held-out {heldout}")
+    rows_out = [
+        ("examples", metrics.num_examples),
+        ("span accuracy, with retrieval", metrics.span_accuracy),
+        ("span accuracy, closed book", metrics.closed_book_span_accuracy),
+        ("token accuracy, with retrieval", metrics.token_accuracy),
+        ("token accuracy, closed book", metrics.closed_book_token_accuracy),
+        ("gold recall@1", metrics.gold_recall_at_1),
+        (f"gold recall@{metrics.k}", metrics.gold_recall_at_k),
+    ]
+    print(_table(["metric", "value"], [[name, _fmt(value)] for name, value in rows_out], align="<>"))
+    if args.json:
+        record = {"run": str(loaded.run_dir), "checkpoint": str(loaded.checkpoint), "step": loaded.step,
+                  "heldout": heldout, **metrics.as_dict(prefix="")}
+        Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- inspect
+
+
+def main_inspect(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="realm inspect", description="Top-k blocks a run retrieves for a query.")
+    parser.add_argument("run", help="run directory")
+    parser.add_argument("query", help="query text ([MASK] allowed)")
+    parser.add_argument("--k", type=int, default=5, help="blocks to show (default 5)")
+    parser.add_argument("--checkpoint", default=None, help="checkpoint folder (default: newest complete one)")
+    parser.add_argument("--index", choices=("current", "exact"), default="current",
+                        help="current: the live published index (index/CURRENT); exact: embed every block now "
+                             "with the checkpoint's document embedder")
+    args = parser.parse_args(argv)
+    if args.k <= 0:
+        parser.error("--k must be positive")
+    return _guard("inspect", _inspect, args)
+
+
+def embed_query(loaded: LoadedRun, text: str) -> torch.Tensor:
+    """[1, D] embedding of ``[CLS] text [SEP]`` with the run's query embedder."""
+    max_length = loaded.cfg.retriever.max_query_length
+    tokens = loaded.tokenizer(text, add_special_tokens=False, truncation=True, max_length=max_length - 2)
+    ids, mask = pad([pack_single(tokens["input_ids"], loaded.special, max_length)], loaded.special.pad)
+    with torch.inference_mode():
+        return loaded.model.retriever.embed_queries(ids, mask)
+
+
+def _open_index(loaded: LoadedRun, which: str) -> tuple[DocumentIndex, str]:
+    if which == "exact":
+        embeddings = embed_corpus(loaded.model.retriever.doc_embedder, loaded.store, loaded.special,
+                                  loaded.cfg.retriever.max_block_length)
+        return BruteForceIndex(embeddings), f"exact search over {len(loaded.store)} blocks embedded at step {loaded.step}"
+    version = rd.current_index_version(loaded.run_dir)
+    if version is None:
+        raise RunError(f"no published index: {rd.index_dir(loaded.run_dir) / rd.CURRENT} is missing "
+                       "(is the builder running?); use --index exact to embed the blocks now")
+    published = rd.load_index_version(version)
+    if published.num_vectors != len(loaded.store):
+        raise RunError(f"{version} indexes {published.num_vectors} blocks but data.blocks has {len(loaded.store)}")
+    return published, (f"index {version.name} ({published.manifest.get('factory', '?')}, built from step "
+                       f"{published.step} weights; query embedder from step {loaded.step})")
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    loaded = load_run(args.run, args.checkpoint)
+    index, description = _open_index(loaded, args.index)
+    scores, ids = index.search(embed_query(loaded, args.query), args.k)
+    hits = [(s, i) for s, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]
+    rows = loaded.store.blocks.select([i for _, i in hits]) if hits else None
+    table = []
+    for rank, (score, block_id) in enumerate(hits, start=1):
+        title, text = rows[rank - 1]["title"], rows[rank - 1]["text"]
+        table.append([str(rank), f"{score:.3f}", str(block_id), _clip(title, 32), _clip(text, 100)])
+    print(f"query: {args.query}")
+    print(description)
+    print(_table(["rank", "score", "block", "title", "text"], table, align=">>><<"))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- formatting
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _clip(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "\u2026"
+
+
+def _table(header: list[str], rows: list[list[str]], align: str) -> str:
+    """A plain aligned table: ``align`` has one ``<`` or ``>`` per column; the last column is never padded."""
+    widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        out = [f"{cell:{a}{w}}" if c < len(cells) - 1 or a == ">" else cell
+               for c, (cell, w, a) in enumerate(zip(cells, widths, align))]
+        return "  ".join(out)
+
+    return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])
