@@ -9,7 +9,11 @@ Measures, in one run on one machine (no absolute numbers are asserted anywhere):
 - a plain ``BertForMaskedLM`` of the same shape (head over all positions, + backward + AdamW) over the *same* padded
   tensors: the B*K reader sequences only, and the reader + document + query sequences (every token the step encodes).
 
-Run from the repository root: ``python bench/step.py`` (the demo shape, about a minute on 2 idle cores), or at
+The three steps take turns, step i of each back to back, so load on shared cores hits every row alike; ``REALM/this``
+is the median of the per-step ratios (REALM step time / that row's step time). On cores other jobs are using,
+``--threads 1`` gives steadier figures than oversubscribed OpenMP threads.
+
+Run from the repository root: ``python bench/step.py`` (the demo shape, 1-1.5 min on 2 cores), or at
 BERT-base shape: ``python bench/step.py --hidden 768 --layers 12 --heads 12 --intermediate 3072 --vocab 30522
 --batch 8 --block-len 288 --body-len 256``. Add ``--bf16`` for autocast, ``--json PATH`` to keep the figures.
 Times are medians over ``--steps`` after ``--warmup`` steps; tokens are padded positions (the work actually done).

@@ -39,7 +39,10 @@ def _usage() -> str:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print(_usage())
+        try:
+            print(_usage())
+        except BrokenPipeError:  # `realm --help | head`
+            pass
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command not in COMMANDS:
@@ -48,10 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[command][0])
     entry = getattr(module, "main_" + command.replace("-", "_"), None) or module.main
     from realm.config import ConfigError
+    from realm.sentences import DataFileError
 
     try:
         return int(entry(rest) or 0)
-    except (ConfigError, FileNotFoundError) as err:
+    except (ConfigError, DataFileError, FileNotFoundError) as err:
+        # user errors (bad config, malformed data, missing files) get one line, not a traceback
         print(f"realm {command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -276,6 +276,11 @@ def mark_done(run_dir: str | Path) -> None:
     write_pointer(Path(run_dir) / DONE, now_iso())
 
 
+def clear_done(run_dir: str | Path) -> None:
+    """Removed by a trainer that (re)starts, so builders keep serving a resumed run."""
+    (Path(run_dir) / DONE).unlink(missing_ok=True)
+
+
 def is_done(run_dir: str | Path) -> bool:
     return (Path(run_dir) / DONE).is_file()
 

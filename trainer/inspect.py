@@ -73,8 +73,15 @@ def load_model(cfg: PretrainConfig, vocab_size: int, weights: Path) -> RealmMode
     """
     from safetensors.torch import load_file
 
-    model = RealmModel.from_config(cfg.model.bert_config(vocab_size), cfg.retriever)
-    state = load_file(str(weights))
+    try:
+        bert_config = cfg.model.bert_config(vocab_size)
+    except OSError as err:  # model.init_from names a hub model and the hub is out of reach
+        raise RunError(f"cannot read the BertConfig of model.init_from={cfg.model.init_from!r}: {err}") from None
+    model = RealmModel.from_config(bert_config, cfg.retriever)
+    try:
+        state = load_file(str(weights))
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own SafetensorError
+        raise RunError(f"cannot read {weights}: {err}") from None
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as err:  # shape mismatches
@@ -102,7 +109,6 @@ def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
     if not config_file.is_file():
         raise RunError(f"{run} has no config.yaml (is it a run directory written by `realm train`?)")
     cfg = load_config(PretrainConfig, config_file)
-    cfg.train.init_retriever = cfg.train.init_encoder = ""
 
     try:
         folder = resolve_resume(run, "auto" if checkpoint is None else checkpoint)

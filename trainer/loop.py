@@ -29,7 +29,7 @@ from realm.corpus import load_blocks
 from realm.logging import MetricsLogger, set_num_threads
 from realm.retriever import Retriever
 from realm.encoder import KnowledgeAugmentedEncoder
-from realm.run_dir import clean_staging, export_retriever, latest_retriever_export, mark_done, retriever_dir
+from realm.run_dir import clean_staging, clear_done, export_retriever, latest_retriever_export, mark_done, retriever_dir
 from realm.vocab import load_tokenizer
 from trainer.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from trainer.config import PretrainConfig
@@ -141,9 +141,11 @@ class Trainer:
         logger.info("started index builder (pid %d), log in %s", self.builder.pid, self.run_dir / "builder.log")
 
     def _check_builder_alive(self) -> None:
-        if self.builder is not None and self.builder.poll() not in (None, 0):
+        """Called only while waiting: a child builder that has exited, even cleanly, will publish nothing more."""
+        if self.builder is not None and self.builder.poll() is not None:
             raise RuntimeError(
-                f"the index builder exited with code {self.builder.returncode}; see {self.run_dir / 'builder.log'}"
+                f"the index builder exited with code {self.builder.returncode} while the trainer waits for an "
+                f"index; see {self.run_dir / 'builder.log'}"
             )
 
     def _swap(self, published) -> None:
@@ -188,9 +190,11 @@ class Trainer:
         start_wall = time.perf_counter()
         wall_before = self.totals.wall_s
         if self.accelerator.is_main_process:
+            clear_done(self.run_dir)
             clean_staging(retriever_dir(self.run_dir))  # exports a crashed trainer left half-written
-        latest = latest_retriever_export(self.run_dir)
-        if latest is None or latest[0] < self.step:
+        # note: a resumed run keeps the exports it made on schedule (re-exporting at the resume step would give it
+        # an index the uninterrupted run never had); only a fresh run needs its initial export.
+        if latest_retriever_export(self.run_dir) is None:
             self.export_retriever()
         self.start_builder()
         self.watcher.start()
