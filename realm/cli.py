@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     module = importlib.import_module(COMMANDS[command][0])
     entry = getattr(module, "main_" + command.replace("-", "_"), None) or module.main
     from realm.config import ConfigError
-    from realm.sentences import DataFileError
+    from realm.jsonl import DataFileError
 
     try:
         return int(entry(rest) or 0)

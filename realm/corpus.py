@@ -26,7 +26,8 @@ from typing import Any, Iterable, Iterator, Literal
 import datasets
 from transformers import PreTrainedTokenizerBase
 
-from realm.sentences import DataFileError, split_sentences
+from realm.jsonl import DataFileError, iter_jsonl
+from realm.sentences import split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -174,28 +175,19 @@ def read_jsonl(
     fields = [id_field, text_field] + ([title_field] if title_field else [])
 
     def documents() -> Iterator[Document]:
-        with path.open(encoding="utf-8") as lines:
-            for line_number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{line_number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    _reject(where, f"invalid JSON ({err})", skip_malformed, stats)
-                    continue
-                missing = [f for f in fields if not isinstance(record, dict) or f not in record]
-                if missing:
-                    _reject(where, f"missing field(s) {missing}", skip_malformed, stats)
-                    continue
-                text, title, doc_id = record[text_field], record[title_field] if title_field else "", record[id_field]
-                if not isinstance(text, str) or not isinstance(title, str) or isinstance(doc_id, (dict, list)):
-                    _reject(where, "text and title must be strings and the id a scalar", skip_malformed, stats)
-                    continue
-                if title_field is None:
-                    title, text = _title_from_first_line(text)
-                stats.num_records += 1
-                yield Document(id=str(doc_id), title=title.strip(), text=text.strip())
+        for where, record in iter_jsonl(path, on_error=lambda w, r: _reject(w, r, skip_malformed, stats)):
+            missing = [f for f in fields if f not in record]
+            if missing:
+                _reject(where, f"missing field(s) {missing}", skip_malformed, stats)
+                continue
+            text, title, doc_id = record[text_field], record[title_field] if title_field else "", record[id_field]
+            if not isinstance(text, str) or not isinstance(title, str) or isinstance(doc_id, (dict, list)):
+                _reject(where, "text and title must be strings and the id a scalar", skip_malformed, stats)
+                continue
+            if title_field is None:
+                title, text = _title_from_first_line(text)
+            stats.num_records += 1
+            yield Document(id=str(doc_id), title=title.strip(), text=text.strip())
         _report(path, stats)
 
     return documents()

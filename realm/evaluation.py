@@ -15,6 +15,7 @@ import torch
 
 from realm.batch import PretrainCollator, RealmBatch
 from realm.index import BruteForceIndex, DocumentIndex
+from realm.jsonl import DataFileError, iter_field
 from realm.model import RealmModel
 from realm.packing import SpecialIds, block_batch
 from realm.retrieval import BlockStore, retrieve, uid_hash
@@ -141,14 +142,7 @@ def evaluate_heldout(
 
 def gold_titles(path: str, field: str = "entity") -> list[str] | None:
     """The gold article title of each held-out sentence (the ``entity`` field of the world's jsonl), if present."""
-    import json
-
-    titles = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                value = json.loads(line).get(field)
-                if value is None:
-                    return None
-                titles.append(value)
-    return titles
+    try:
+        return list(iter_field(path, field))
+    except DataFileError:
+        return None

@@ -11,7 +11,6 @@ pre-training sentences.
 
 from __future__ import annotations
 
-import json
 import logging
 import re
 from pathlib import Path
@@ -20,6 +19,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import datasets
 import pyarrow.compute as pc
 from transformers import PreTrainedTokenizerBase
+
+from realm.jsonl import DataFileError, iter_jsonl
 
 if TYPE_CHECKING:
     from realm.tagging import SpanTagger
@@ -39,10 +40,6 @@ SENTENCE_FEATURES = datasets.Features(
     }
 )
 """Columns of a prepared sentence dataset; ranges are ``[start, end)`` in wordpieces without specials."""
-
-
-class DataFileError(ValueError):
-    """A data file with a malformed record; the message names ``file:line``."""
 
 
 # A sentence ends at . ! or ? (plus closing quotes/brackets) followed by space and an upper-case letter, a digit or
@@ -215,20 +212,7 @@ def load_jsonl_dataset(path: str | Path, *, cache_dir: str | Path | None = None)
         DataFileError: A line is not a JSON object, or the file cannot be turned into a table.
     """
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"jsonl file not found: {path}")
-    num_records = 0
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise DataFileError(f"{path}:{line_number}: invalid JSON: {err}") from err
-            if not isinstance(record, dict):
-                raise DataFileError(f"{path}:{line_number}: expected a JSON object, got {type(record).__name__}")
-            num_records += 1
+    num_records = sum(1 for _ in iter_jsonl(path))
     if num_records == 0:
         raise DataFileError(f"{path}: no records")
     try:

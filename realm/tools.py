@@ -17,11 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 from realm.config import ConfigError, from_dict, load_config
-from realm.sentences import DataFileError
-
-
-class _InputError(DataFileError):
-    """A user-supplied input the command cannot use; the message says what and where."""
+from realm.jsonl import DataFileError, iter_field
 
 
 def _fail(command: str, err: Exception) -> int:
@@ -62,35 +58,6 @@ def main_world(argv: list[str]) -> int:
 # ---------------------------------------------------------------------------------------------- realm vocab
 
 
-def iter_field(paths: list[str], field: str) -> Iterator[str]:
-    """The string ``field`` of every non-blank line of each jsonl file, in order.
-
-    Raises:
-        FileNotFoundError: A file does not exist.
-        DataFileError: A line is not a JSON object, lacks ``field`` or holds a non-string there (``file:line``).
-    """
-    for name in paths:
-        path = Path(name)
-        if not path.is_file():
-            raise FileNotFoundError(f"input file not found: {path}")
-        with path.open(encoding="utf-8") as lines:
-            for line_number, line in enumerate(lines, start=1):
-                if not line.strip():
-                    continue
-                where = f"{path}:{line_number}"
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise _InputError(f"{where}: invalid JSON ({err})") from None
-                if not isinstance(record, dict):
-                    raise _InputError(f"{where}: expected a JSON object, got {type(record).__name__}")
-                if field not in record:
-                    raise _InputError(f"{where}: missing field {field!r} (it has {sorted(record)})")
-                if not isinstance(record[field], str):
-                    raise _InputError(f"{where}: field {field!r} is {type(record[field]).__name__}, not a string")
-                yield record[field]
-
-
 def main_vocab(argv: list[str]) -> int:
     """``realm vocab``: trains a BERT WordPiece vocabulary on one text field of jsonl files."""
     from realm.vocab import SPECIAL_TOKENS, train_wordpiece
@@ -113,7 +80,7 @@ def main_vocab(argv: list[str]) -> int:
     except (DataFileError, FileNotFoundError) as err:
         return _fail("vocab", err)
     if num_texts == 0:
-        return _fail("vocab", _InputError(f"no text found in {', '.join(args.input)}"))
+        return _fail("vocab", DataFileError(f"no text found in {', '.join(args.input)}"))
     tokenizer = train_wordpiece(
         iter_field(args.input, args.field), args.vocab_size, args.out, lowercase=not args.cased,
         min_frequency=args.min_frequency,

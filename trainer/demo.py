@@ -19,6 +19,7 @@ from realm.config import load_config
 from realm.corpus import CorpusConfig, build_blocks_from_config, load_blocks
 from realm.encoder import KnowledgeAugmentedEncoder
 from realm.evaluation import evaluate_heldout, gold_titles
+from realm.jsonl import iter_field
 from realm.logging import init_logging, set_num_threads
 from realm.model import RealmModel
 from realm.packing import SpecialIds
@@ -65,8 +66,7 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
 
     t = time.perf_counter()
     paths = write_world(generate_world(WorldConfig(seed=args.seed, num_entities=args.entities)), run / "world")
-    texts = [json.loads(line)["text"] for name in ("corpus", "pretrain") for line in open(paths[name], encoding="utf-8")]
-    tokenizer = train_wordpiece(texts, args.vocab_size, run / "tokenizer")
+    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), args.vocab_size, run / "tokenizer")
     ict_cfg = load_config(ICTConfig, args.ict_config, {"ict": {
         "out_dir": str(run / "ict"), "tokenizer": str(run / "tokenizer"), "blocks": str(run / "blocks"),
         "seed": args.seed, **({"max_steps": args.ict_steps} if args.ict_steps else {}),

@@ -28,7 +28,8 @@ from realm.index import BruteForceIndex, DocumentIndex
 from realm.model import RealmModel
 from realm.packing import SpecialIds, pack_single, pad
 from realm.retrieval import BlockStore
-from realm.sentences import DataFileError, load_jsonl_dataset, prepare_sentences
+from realm.jsonl import DataFileError
+from realm.sentences import load_jsonl_dataset, prepare_sentences
 from realm.vocab import load_tokenizer
 from trainer.checkpoint import TRAINER_STATE, resolve_resume
 from trainer.config import PretrainConfig

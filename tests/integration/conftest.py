@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from realm.corpus import CorpusConfig, build_blocks_from_config
+from realm.jsonl import iter_field
 from realm.vocab import train_wordpiece
 from realm.world import WorldConfig, generate_world, write_world
 
@@ -19,8 +20,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def tiny_world(tmp_path_factory) -> dict[str, Path]:
     out = tmp_path_factory.mktemp("tiny_world")
     paths = write_world(generate_world(WorldConfig(seed=3, num_entities=64)), out / "world")
-    texts = [json.loads(line)["text"] for name in ("corpus", "pretrain") for line in open(paths[name])]
-    tokenizer = train_wordpiece(texts, 2000, out / "tokenizer")
+    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), 2000, out / "tokenizer")
     build_blocks_from_config(CorpusConfig(path=str(paths["corpus"]), max_block_length=48), tokenizer, out / "blocks")
     return {**paths, "tokenizer": out / "tokenizer", "blocks": out / "blocks"}
 
