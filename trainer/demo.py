@@ -40,7 +40,8 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--out", default="runs/demo", help="run directory (default runs/demo)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--entities", type=int, default=2000, help="entities in the generated world")
-    parser.add_argument("--vocab-size", type=int, default=4000)
+    parser.add_argument("--vocab-size", type=int, default=12000,
+                        help="WordPiece entries (the default is large enough for every generated name to be one)")
     parser.add_argument("--ict-steps", type=int, default=None, help="override the ICT steps of configs/ict/demo.yaml")
     parser.add_argument("--steps", type=int, default=None, help="override the pre-training steps")
     parser.add_argument("--threads", type=int, default=0, help="trainer threads (0: torch default)")

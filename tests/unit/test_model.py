@@ -110,3 +110,23 @@ def test_gradients_reach_both_embedders_and_the_encoder(shared):
         # separate towers: the document tower's gradient comes only from re-embedding the candidates
         assert model.retriever.doc_embedder.projection.weight.grad.abs().sum() > 0
         assert model.retriever.query_embedder is not model.retriever.doc_embedder
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_model_round_trips_through_from_pretrained(tmp_path, shared):
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64)
+    cfg = RetrieverConfig(embed_dim=16, share_embedders=shared, pooling="mean")
+    model = RealmModel.from_config(config, cfg).eval()
+    model.save_pretrained(tmp_path / "m")
+    assert (tmp_path / "m" / "encoder" / "model.safetensors").is_file()
+    loaded = RealmModel.from_pretrained(tmp_path / "m").eval()
+    assert loaded.retriever.shared == shared
+    ids = torch.randint(5, VOCAB, (3, 7))
+    mask = torch.ones_like(ids)
+    assert torch.allclose(model.retriever.embed_docs(ids, mask), loaded.retriever.embed_docs(ids, mask))
+    assert torch.allclose(model.retriever.embed_queries(ids, mask), loaded.retriever.embed_queries(ids, mask))
+    positions = torch.tensor([[1, 2]] * 3)
+    assert torch.allclose(model.encoder(ids, mask, torch.zeros_like(ids), positions),
+                          loaded.encoder(ids, mask, torch.zeros_like(ids), positions))

@@ -36,3 +36,19 @@ def test_resume_picks_latest_complete_checkpoint(tmp_path):
     assert resolve_resume(tmp_path, "never") is None
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         resolve_resume(tmp_path, str(parent / "step-00000009"))
+
+
+def test_retriever_parameters_get_their_own_learning_rate():
+    from transformers import BertConfig
+
+    from realm.model import RealmModel
+    from realm.retriever import RetrieverConfig
+    from trainer.optim import OptimConfig, build_optimizer
+
+    config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
+    model = RealmModel.from_config(config, RetrieverConfig(embed_dim=8))
+    optimizer, _ = build_optimizer(model, OptimConfig(lr=1e-3, retriever_lr_scale=0.1, warmup_steps=0), 10)
+    by_param = {id(p): g["initial_lr"] for g in optimizer.param_groups for p in g["params"]}
+    assert all(by_param[id(p)] == pytest.approx(1e-4) for p in model.retriever.parameters())
+    assert all(by_param[id(p)] == pytest.approx(1e-3) for p in model.encoder.parameters())
+    assert len(by_param) == len(list(model.parameters()))  # every parameter exactly once
