@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 def test_demo_writes_summary_with_all_fields(tmp_path):
     run = tmp_path / "demo"
     proc = run_module(
-        "trainer.demo", "--out", str(run), "--entities", "60", "--ict-steps", "10", "--steps", "6",
+        "trainer.demo", "--out", str(run), "--entities", "100", "--ict-steps", "10", "--steps", "6",
         "--refresh.refresh_interval=2", "--train.log_interval=2", "--train.save_interval=6", "--eval.max_examples=40",
         timeout=300,
     )
