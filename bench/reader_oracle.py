@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from realm.batch import PretrainCollator
+from realm.config import load_config
 from realm.corpus import load_blocks
 from realm.encoder import KnowledgeAugmentedEncoder
 from realm.jsonl import iter_field
@@ -31,7 +32,6 @@ from realm.tagging import RuleTagger
 from realm.vocab import load_tokenizer
 from trainer.config import PretrainConfig
 from trainer.optim import build_optimizer
-from realm.config import load_config
 
 
 def main() -> None:

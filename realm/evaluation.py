@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import datasets
-import numpy as np
 import torch
 
 from realm.batch import PretrainCollator, RealmBatch

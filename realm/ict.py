@@ -17,6 +17,7 @@ from realm.marginal import upcast
 from realm.masking import example_rng
 from realm.packing import SpecialIds, block_batch, pack_single, pad
 
+
 def ict_loss(query_emb: Tensor, block_emb: Tensor, label_offset: int = 0) -> tuple[Tensor, Tensor]:
     """In-batch softmax: query i's positive is block ``label_offset + i``, every other block is a negative.
 

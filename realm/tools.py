@@ -13,8 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-from typing import Iterator
 
 from realm.config import ConfigError, from_dict, load_config
 from realm.jsonl import DataFileError, iter_field

@@ -13,7 +13,6 @@ from typing import Iterator
 
 import datasets
 import numpy as np
-import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from realm.batch import PretrainCollator

@@ -12,7 +12,6 @@ import logging
 import time
 from pathlib import Path
 
-import torch
 from accelerate import Accelerator
 
 from realm.config import load_config

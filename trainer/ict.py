@@ -20,12 +20,12 @@ from torch.utils.data import DataLoader
 from realm.config import load_config, save_config
 from realm.corpus import load_blocks
 from realm.ict import ICTCollator, ict_loss
-from realm.sentences import split_sentences
 from realm.logging import MetricsLogger, init_logging, set_num_threads
 from realm.model import ModelConfig
 from realm.packing import SpecialIds
 from realm.retriever import Retriever, RetrieverConfig
 from realm.run_dir import new_staging, now_iso, publish_folder, remove_folder
+from realm.sentences import split_sentences
 from realm.vocab import load_tokenizer
 from trainer.data import KeyedExamples, StepBatchSampler
 from trainer.optim import OptimConfig, build_optimizer

@@ -25,10 +25,10 @@ from realm.config import ConfigError, load_config
 from realm.corpus import load_blocks
 from realm.evaluation import embed_corpus, evaluate_heldout, gold_titles
 from realm.index import BruteForceIndex, DocumentIndex
+from realm.jsonl import DataFileError
 from realm.model import RealmModel
 from realm.packing import SpecialIds, pack_single, pad
 from realm.retrieval import BlockStore
-from realm.jsonl import DataFileError
 from realm.sentences import load_jsonl_dataset, prepare_sentences
 from realm.vocab import load_tokenizer
 from trainer.checkpoint import TRAINER_STATE, resolve_resume

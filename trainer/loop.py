@@ -7,28 +7,26 @@ has is more than ``max_staleness`` steps old (or when it has none yet).
 
 from __future__ import annotations
 
-import json
 import logging
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
-import datasets
 import torch
 from accelerate import Accelerator
 
-from realm.config import save_config, to_dict
+from realm.config import save_config
+from realm.corpus import load_blocks
+from realm.encoder import KnowledgeAugmentedEncoder
 from realm.evaluation import evaluate_heldout, gold_titles
+from realm.logging import MetricsLogger, set_num_threads
 from realm.marginal import get_loss
 from realm.model import RealmModel
 from realm.packing import SpecialIds
 from realm.retrieval import BlockStore, retrieve
-from realm.corpus import load_blocks
-from realm.logging import MetricsLogger, set_num_threads
 from realm.retriever import Retriever
-from realm.encoder import KnowledgeAugmentedEncoder
 from realm.run_dir import clean_staging, clear_done, export_retriever, latest_retriever_export, mark_done, retriever_dir
 from realm.vocab import load_tokenizer
 from trainer.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
@@ -49,7 +47,6 @@ class RunTotals:
     index_wait_s: float = 0.0
     num_index_refreshes: int = 0
     num_exports: int = 0
-    extra: dict = field(default_factory=dict)
 
 
 def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
@@ -292,6 +289,7 @@ class Trainer:
             "trainer_wait_fraction": totals.index_wait_s / totals.wall_s if totals.wall_s else 0.0,
             "index_wait_seconds": totals.index_wait_s,
             "final_index_version": self.index.step if self.index else None,
+            "num_retriever_exports": totals.num_exports,
         }
 
     def close(self) -> None:

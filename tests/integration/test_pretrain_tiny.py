@@ -2,10 +2,8 @@
 
 import json
 import math
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
