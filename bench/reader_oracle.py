@@ -38,7 +38,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("run", help="a `realm demo` output folder (world/, tokenizer/, blocks/, ict/, config.yaml)")
     parser.add_argument("--steps", type=int, default=700)
-    parser.add_argument("--mode", default="salient", choices=["salient", "gold"], help="mask a salient span or the fact")
+    parser.add_argument(
+        "--mode", default="salient", choices=["salient", "gold"], help="mask a salient span or the fact"
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     torch.manual_seed(args.seed)
@@ -49,8 +51,9 @@ def main() -> None:
     store = BlockStore(blocks)
     block_of_title = {title: i for i, title in enumerate(blocks["title"])}
     entities = list(iter_field(cfg.data.sentences, "entity"))
-    rows = prepare_sentences(load_jsonl_dataset(cfg.data.sentences), tokenizer, RuleTagger(),
-                             cfg.retriever.max_query_length)
+    rows = prepare_sentences(
+        load_jsonl_dataset(cfg.data.sentences), tokenizer, RuleTagger(), cfg.retriever.max_query_length
+    )
     encoder = KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer)))
     model = RealmModel(Retriever.from_pretrained(f"{args.run}/ict/retriever"), encoder)
     optimizer, _ = build_optimizer(model, cfg.optim, args.steps)
@@ -73,8 +76,11 @@ def main() -> None:
         mask = batch.target_mask.bool()
         accuracy.append(((out.predictions == batch.target_ids) | ~mask).all(1).float().mean().item())
         if step % 50 == 0:
-            print(f"step {step:5d}  loss {loss.item():.3f}  span accuracy (last 50) {np.mean(accuracy[-50:]):.3f}  "
-                  f"{time.perf_counter() - start:.0f} s", flush=True)
+            print(
+                f"step {step:5d}  loss {loss.item():.3f}  span accuracy (last 50) {np.mean(accuracy[-50:]):.3f}  "
+                f"{time.perf_counter() - start:.0f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

@@ -49,10 +49,26 @@ Seqs = tuple[Tensor, Tensor, Tensor]  # input_ids, attention_mask, token_type_id
 
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    for name, default in [("hidden", 128), ("layers", 2), ("heads", 4), ("intermediate", 512), ("vocab", 6000),
-                          ("batch", 16), ("query-len", 14), ("span", 3), ("candidates", 5), ("extra", 2),
-                          ("body-len", 64), ("block-len", 96), ("corpus", 2000), ("embed-dim", 128),
-                          ("steps", 8), ("warmup", 2), ("threads", 0), ("peak-size", 2048)]:
+    for name, default in [
+        ("hidden", 128),
+        ("layers", 2),
+        ("heads", 4),
+        ("intermediate", 512),
+        ("vocab", 6000),
+        ("batch", 16),
+        ("query-len", 14),
+        ("span", 3),
+        ("candidates", 5),
+        ("extra", 2),
+        ("body-len", 64),
+        ("block-len", 96),
+        ("corpus", 2000),
+        ("embed-dim", 128),
+        ("steps", 8),
+        ("warmup", 2),
+        ("threads", 0),
+        ("peak-size", 2048),
+    ]:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--bf16", action="store_true", help="torch.autocast bf16 (cuda when present, else cpu)")
     p.add_argument("--json", default=None, help="also write the figures to this path")
@@ -65,8 +81,10 @@ class RandomStore:
     def __init__(self, num_blocks: int, body_len: int, vocab: int, rng: np.random.Generator) -> None:
         self.titles = [rng.integers(5, vocab, 3).tolist() for _ in range(num_blocks)]
         # note: bodies of body_len-8..body_len keep the padded shape (what the FLOPs count) close to the real one
-        self.bodies = [rng.integers(5, vocab, int(rng.integers(max(1, body_len - 8), body_len + 1))).tolist()
-                       for _ in range(num_blocks)]
+        self.bodies = [
+            rng.integers(5, vocab, int(rng.integers(max(1, body_len - 8), body_len + 1))).tolist()
+            for _ in range(num_blocks)
+        ]
         self.uid_hashes = np.arange(1, num_blocks + 1, dtype=np.int64)
 
     def __len__(self) -> int:
@@ -122,9 +140,14 @@ def realm_flops(c: BertConfig, batch: RealmBatch, embed_dim: int) -> float:
     """
     cand = batch.candidates
     b, k, reader_len = cand.reader_input_ids.shape
-    return (bert_flops(c, b, batch.query_input_ids.shape[1]) + bert_flops(c, b * (k - 1), cand.doc_input_ids.shape[2])
-            + bert_flops(c, 1, cand.null_input_ids.shape[1]) + 6 * (b * k + 1) * c.hidden_size * embed_dim
-            + bert_flops(c, b * k, reader_len) + mlm_head_flops(c, b * k * batch.mask_positions.shape[1]))
+    return (
+        bert_flops(c, b, batch.query_input_ids.shape[1])
+        + bert_flops(c, b * (k - 1), cand.doc_input_ids.shape[2])
+        + bert_flops(c, 1, cand.null_input_ids.shape[1])
+        + 6 * (b * k + 1) * c.hidden_size * embed_dim
+        + bert_flops(c, b * k, reader_len)
+        + mlm_head_flops(c, b * k * batch.mask_positions.shape[1])
+    )
 
 
 def step_seqs(batch: RealmBatch) -> dict[str, Seqs]:
@@ -142,12 +165,17 @@ class RealmStep:
     def __init__(self, args: argparse.Namespace, c: BertConfig, device: torch.device, autocast: AbstractContextManager):
         self.args, self.device, self.autocast = args, device, autocast
         self.rng = np.random.default_rng(0)
-        self.cfg = RetrieverConfig(embed_dim=args.embed_dim, max_query_length=args.query_len + 2,
-                                   max_block_length=args.block_len, num_candidates=args.candidates,
-                                   num_extra_retrieved=args.extra)
+        self.cfg = RetrieverConfig(
+            embed_dim=args.embed_dim,
+            max_query_length=args.query_len + 2,
+            max_block_length=args.block_len,
+            num_candidates=args.candidates,
+            num_extra_retrieved=args.extra,
+        )
         self.model = RealmModel.from_config(c, self.cfg).to(device)
-        self.optimizer, self.scheduler = build_optimizer(self.model, OptimConfig(lr=1e-4, warmup_steps=0),
-                                                         args.warmup + args.steps)
+        self.optimizer, self.scheduler = build_optimizer(
+            self.model, OptimConfig(lr=1e-4, warmup_steps=0), args.warmup + args.steps
+        )
         self.loss_fn = get_loss("per_token")
         self.store = RandomStore(args.corpus, args.body_len, args.vocab, self.rng)
         # note: a fixed random index is enough: between refreshes the trainer only reads it, and timings do not
@@ -161,9 +189,14 @@ class RealmStep:
         a, examples = self.args, []
         for i in range(a.batch):
             start = int(self.rng.integers(0, a.query_len - a.span + 1))
-            examples.append({"input_ids": self.rng.integers(5, a.vocab, a.query_len).tolist(),
-                             "salient_spans": [[start, start + a.span]], "idx": self.num_steps * a.batch + i,
-                             "source_uid_hash": int(self.rng.integers(1, a.corpus + 1))})
+            examples.append(
+                {
+                    "input_ids": self.rng.integers(5, a.vocab, a.query_len).tolist(),
+                    "salient_spans": [[start, start + a.span]],
+                    "idx": self.num_steps * a.batch + i,
+                    "source_uid_hash": int(self.rng.integers(1, a.corpus + 1)),
+                }
+            )
         self.num_steps += 1
         return self.collator(examples).to(self.device)
 
@@ -176,8 +209,16 @@ class RealmStep:
             query_emb = model.embed_queries(batch)
         model.train()
         t1 = _now(device)
-        batch = retrieve(query_emb, batch, self.index, self.store, SPECIAL, num_retrieved=self.cfg.num_retrieved,
-                         num_extra=self.cfg.num_extra_retrieved, max_block_length=self.cfg.max_block_length)
+        batch = retrieve(
+            query_emb,
+            batch,
+            self.index,
+            self.store,
+            SPECIAL,
+            num_retrieved=self.cfg.num_retrieved,
+            num_extra=self.cfg.num_extra_retrieved,
+            max_block_length=self.cfg.max_block_length,
+        )
         batch = batch.to(device)
         t2 = _now(device)
         with self.autocast:
@@ -226,18 +267,26 @@ def measure(args: argparse.Namespace) -> dict:
     set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
-    c = BertConfig(vocab_size=args.vocab, hidden_size=args.hidden, num_hidden_layers=args.layers,
-                   num_attention_heads=args.heads, intermediate_size=args.intermediate,
-                   max_position_embeddings=max(512, args.query_len + args.block_len + 3),
-                   hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    c = BertConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=args.intermediate,
+        max_position_embeddings=max(512, args.query_len + args.block_len + 3),
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
     dtypes = {"fp32": torch.float32, **({"bf16": torch.bfloat16} if args.bf16 else {})}
     peaks = {name: matmul_peak(dt, args.peak_size, device) for name, dt in dtypes.items()}
 
     # note: the three steps take turns (REALM i, then both baselines on REALM i's tensors), so load that drifts
     # during the run (shared cores) slows every row alike and the ratios stay fair
     realm = RealmStep(args, c, device, autocast)
-    baselines = {"BERT MLM, reader seqs": MlmStep(c, device, autocast, ("reader",)),
-                 "BERT MLM, all seqs": MlmStep(c, device, autocast, ("reader", "doc", "query"))}
+    baselines = {
+        "BERT MLM, reader seqs": MlmStep(c, device, autocast, ("reader",)),
+        "BERT MLM, all seqs": MlmStep(c, device, autocast, ("reader", "doc", "query")),
+    }
     parts: dict[str, list[float]] = {}
     figures: dict[str, list[tuple[float, float, int]]] = {"REALM step": [], **{label: [] for label in baselines}}
     for step in range(args.warmup + args.steps):
@@ -261,33 +310,55 @@ def measure(args: argparse.Namespace) -> dict:
         seconds, flops, tokens = (statistics.median(v) for v in zip(*values))
         # note: the ratio is the median of per-step ratios: steps i of both ran back to back under the same load
         ratio = statistics.median(r[0] / v[0] for r, v in zip(figures["REALM step"], values))
-        rows[label] = {"ms": 1e3 * seconds, "steps_s": 1 / seconds, "tokens_s": tokens / seconds,
-                       "gflops_s": flops / seconds / 1e9, "mfu": flops / seconds / peak, "realm_over_this": ratio}
+        rows[label] = {
+            "ms": 1e3 * seconds,
+            "steps_s": 1 / seconds,
+            "tokens_s": tokens / seconds,
+            "gflops_s": flops / seconds / 1e9,
+            "mfu": flops / seconds / peak,
+            "realm_over_this": ratio,
+        }
         if label == "REALM step":
-            for key, name in [("search_embed", "search embed (no_grad)"), ("retrieve", "retrieve (search+packing)"),
-                              ("fwd_bwd", "forward+backward"), ("optimizer", "clip+AdamW")]:
+            for key, name in [
+                ("search_embed", "search embed (no_grad)"),
+                ("retrieve", "retrieve (search+packing)"),
+                ("fwd_bwd", "forward+backward"),
+                ("optimizer", "clip+AdamW"),
+            ]:
                 rows[name] = {"ms": 1e3 * statistics.median(parts[key])}
-    return {"args": vars(args), "device": str(device), "threads": torch.get_num_threads(),
-            "seq_shapes": {name: list(s[0].shape) for name, s in seqs.items()}, "peak_flops": peaks, "rows": rows}
+    return {
+        "args": vars(args),
+        "device": str(device),
+        "threads": torch.get_num_threads(),
+        "seq_shapes": {name: list(s[0].shape) for name, s in seqs.items()},
+        "peak_flops": peaks,
+        "rows": rows,
+    }
 
 
 def format_table(result: dict) -> str:
     """The shape on top, the peak(s), then one row per step kind (indented rows split the REALM step)."""
     a = result["args"]
     seqs = ", ".join(f"{name} {n}x{length}" for name, (n, length) in result["seq_shapes"].items())
-    lines = [f"BERT: hidden {a['hidden']}, layers {a['layers']}, heads {a['heads']}, intermediate {a['intermediate']}, "
-             f"vocab {a['vocab']} ({'bf16 autocast' if a['bf16'] else 'fp32'}, {result['device']}, "
-             f"{result['threads']} threads)",
-             f"step: B {a['batch']} queries, K {a['candidates']} slots, {a['span']} masked, corpus {a['corpus']}; "
-             f"padded seqs x len: {seqs}; median of {a['steps']} steps after {a['warmup']} warm-up"]
-    lines += [f"matmul peak ({name} mm {a['peak_size']}^3): {value / 1e9:,.1f} GFLOP/s"
-              for name, value in result["peak_flops"].items()]
+    lines = [
+        f"BERT: hidden {a['hidden']}, layers {a['layers']}, heads {a['heads']}, intermediate {a['intermediate']}, "
+        f"vocab {a['vocab']} ({'bf16 autocast' if a['bf16'] else 'fp32'}, {result['device']}, "
+        f"{result['threads']} threads)",
+        f"step: B {a['batch']} queries, K {a['candidates']} slots, {a['span']} masked, corpus {a['corpus']}; "
+        f"padded seqs x len: {seqs}; median of {a['steps']} steps after {a['warmup']} warm-up",
+    ]
+    lines += [
+        f"matmul peak ({name} mm {a['peak_size']}^3): {value / 1e9:,.1f} GFLOP/s"
+        for name, value in result["peak_flops"].items()
+    ]
     lines.append(f"\n{'':28}{'ms/step':>9}{'steps/s':>9}{'tokens/s':>10}{'GFLOP/s':>9}{'MFU':>7}{'REALM/this':>12}")
     for label, row in result["rows"].items():
         line = f"{label if 'mfu' in row else '  ' + label:28}{row['ms']:9.1f}"
         if "mfu" in row:
-            line += (f"{row['steps_s']:9.2f}{row['tokens_s']:10,.0f}{row['gflops_s']:9.2f}{row['mfu']:7.1%}"
-                     f"{row['realm_over_this']:12.2f}")
+            line += (
+                f"{row['steps_s']:9.2f}{row['tokens_s']:10,.0f}{row['gflops_s']:9.2f}{row['mfu']:7.1%}"
+                f"{row['realm_over_this']:12.2f}"
+            )
         lines.append(line)
     return "\n".join(lines)
 

@@ -81,8 +81,14 @@ def _build(cfg: IndexBuilderConfig, step: int, path: Path, current: int, stop: t
     logger.info("building index for retriever step %d (live index: %d; skipping exports %s)", step, current, skipped)
     started = time.monotonic()
     version = build_index_version(
-        cfg.run_dir, step, path, cfg.index, batch_size=cfg.batch_size, keep_versions=cfg.keep_versions,
-        device=cfg.device, should_stop=stop.is_set,
+        cfg.run_dir,
+        step,
+        path,
+        cfg.index,
+        batch_size=cfg.batch_size,
+        keep_versions=cfg.keep_versions,
+        device=cfg.device,
+        should_stop=stop.is_set,
     )
     seconds = time.monotonic() - started
     num = rd.read_manifest(version)["num_vectors"]

@@ -16,6 +16,7 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 
+from realm.logging import progress
 from realm.packing import SpecialIds, block_batch
 from realm.retriever import Embedder
 
@@ -83,6 +84,7 @@ def embed_blocks(
     was_training = embedder.training
     embedder.eval()
     started = last_log = time.monotonic()
+    bar = progress(len(order), "embedding blocks", unit="block")
     try:
         with torch.inference_mode():
             for first in range(0, len(order), batch_size):
@@ -93,9 +95,11 @@ def embed_blocks(
                 inputs = block_batch(batch["title_ids"], batch["body_ids"], special, max_block_length)
                 emb = embedder(**{name: t.to(device) for name, t in inputs.items()})  # [B, D]
                 out[positions] = emb.float().cpu().numpy()
+                bar.update(len(positions))
                 if time.monotonic() - last_log > _LOG_INTERVAL_S:
                     done, last_log = first + len(positions), time.monotonic()
                     rate = done / (last_log - started)
                     logger.info("embedded %d/%d blocks (%.0f blocks/s)", done, len(order), rate)
     finally:
+        bar.close()
         embedder.train(was_training)

@@ -33,8 +33,15 @@ def blocks_fingerprint(blocks: datasets.Dataset) -> str:
 
 
 def publish_embeddings(
-    run_dir: str | Path, staging: Path, *, step: int, weights_sha256: str, corpus_fingerprint: str, cfg: IndexConfig,
-    started: float, extra: dict | None = None,
+    run_dir: str | Path,
+    staging: Path,
+    *,
+    step: int,
+    weights_sha256: str,
+    corpus_fingerprint: str,
+    cfg: IndexConfig,
+    started: float,
+    extra: dict | None = None,
 ) -> Path:
     """Given ``staging/embeddings.npy`` ([N, D] float32, row i = block i), builds the FAISS index and block ids and
     publishes the folder as ``index/v-{step:08d}``. CURRENT is not touched."""
@@ -43,8 +50,14 @@ def publish_embeddings(
     np.save(staging / rd.BLOCK_IDS_FILE, np.arange(len(embeddings), dtype=np.int64))
     del embeddings
     return rd.publish_index_version(
-        run_dir, staging, step=step, weights_sha256=weights_sha256, corpus_fingerprint=corpus_fingerprint,
-        factory=cfg.factory, started=started, extra=extra,
+        run_dir,
+        staging,
+        step=step,
+        weights_sha256=weights_sha256,
+        corpus_fingerprint=corpus_fingerprint,
+        factory=cfg.factory,
+        started=started,
+        extra=extra,
     )
 
 
@@ -56,8 +69,15 @@ def activate(run_dir: str | Path, version: Path, keep_versions: int) -> None:
 
 
 def build_index_version(
-    run_dir: str | Path, export_step: int, export_path: Path, cfg: IndexConfig, *, batch_size: int = 64,
-    keep_versions: int = 3, device: str = "cpu", should_stop: Callable[[], bool] | None = None,
+    run_dir: str | Path,
+    export_step: int,
+    export_path: Path,
+    cfg: IndexConfig,
+    *,
+    batch_size: int = 64,
+    keep_versions: int = 3,
+    device: str = "cpu",
+    should_stop: Callable[[], bool] | None = None,
 ) -> Path:
     """Builds, publishes and activates the index for the retriever export at ``export_path``; returns the version.
 
@@ -84,7 +104,9 @@ def build_index_version(
     staging = rd.new_staging(rd.index_dir(run_dir))
     try:
         out = np.lib.format.open_memmap(
-            staging / rd.EMBEDDINGS_FILE, mode="w+", dtype=np.float32,
+            staging / rd.EMBEDDINGS_FILE,
+            mode="w+",
+            dtype=np.float32,
             shape=(len(blocks), embedder.projection.out_features),
         )
         embed_blocks(
@@ -93,8 +115,13 @@ def build_index_version(
         out.flush()
         del out
         version = publish_embeddings(
-            run_dir, staging, step=export_step, weights_sha256=export["weights_sha256"],
-            corpus_fingerprint=blocks_fingerprint(blocks), cfg=cfg, started=started,
+            run_dir,
+            staging,
+            step=export_step,
+            weights_sha256=export["weights_sha256"],
+            corpus_fingerprint=blocks_fingerprint(blocks),
+            cfg=cfg,
+            started=started,
             extra={"blocks": export["blocks"], "max_block_length": export["max_block_length"]},
         )
     except BaseException:

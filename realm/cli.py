@@ -1,14 +1,14 @@
 """The ``realm`` command: thin dispatch to each process's own entry point.
 
-    realm demo                      embedded world -> vocabulary -> ICT -> pre-training with a live builder -> eval
-    realm train --config C [...]    the trainer process          (python -m trainer.pretrain)
-    realm index --config C --run_dir RUN   the index-builder process   (python -m index_builder.build)
-    realm ict --config C [...]      Inverse Cloze Task warm start (python -m trainer.ict)
-    realm world --out DIR           write the synthetic encyclopaedia as jsonl
-    realm vocab ...                 train a WordPiece vocabulary
-    realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into blocks
-    realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
-    realm inspect RUN "query"       top-k retrieved blocks with their scores
+realm demo                      embedded world -> vocabulary -> ICT -> pre-training with a live builder -> eval
+realm train --config C [...]    the trainer process          (python -m trainer.pretrain)
+realm index --config C --run_dir RUN   the index-builder process   (python -m index_builder.build)
+realm ict --config C [...]      Inverse Cloze Task warm start (python -m trainer.ict)
+realm world --out DIR           write the synthetic encyclopaedia as jsonl
+realm vocab ...                 train a WordPiece vocabulary
+realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into blocks
+realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
+realm inspect RUN "query"       top-k retrieved blocks with their scores
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
     if origin in (list, tuple):
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-        (item_tp, *_) = typing.get_args(tp) or (Any,)
+        item_tp, *_ = typing.get_args(tp) or (Any,)
         items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
         return items if origin is list else tuple(items)
     if origin is dict:

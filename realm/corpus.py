@@ -279,8 +279,9 @@ def read_hf(
                 doc_id = str(batch[id_field][i]) if has_id else str(row_number)
                 row_number += 1
                 if not isinstance(text, str) or not isinstance(title, str):
-                    _reject(f"{name_or_path} row {row_number - 1}", "text and title must be strings",
-                            skip_malformed, stats)
+                    _reject(
+                        f"{name_or_path} row {row_number - 1}", "text and title must be strings", skip_malformed, stats
+                    )
                     continue
                 if title_field is None:
                     title, text = _title_from_first_line(text)
@@ -301,8 +302,13 @@ def read_documents(cfg: CorpusConfig, stats: CorpusStats | None = None) -> Itera
     if cfg.format == "dpr_tsv":
         return read_dpr_tsv(cfg.path, skip_malformed=cfg.skip_malformed, stats=stats)
     return read_hf(
-        cfg.path, from_disk=cfg.format == "hf_disk", config_name=cfg.hf_config, split=cfg.hf_split, **fields,
-        skip_malformed=cfg.skip_malformed, stats=stats,
+        cfg.path,
+        from_disk=cfg.format == "hf_disk",
+        config_name=cfg.hf_config,
+        split=cfg.hf_split,
+        **fields,
+        skip_malformed=cfg.skip_malformed,
+        stats=stats,
     )
 
 
@@ -335,7 +341,10 @@ def cut_body(sentence_starts: list[int], word_starts: list[bool], room: int) -> 
 
 
 def _blocks_of_batch(
-    docs: list[Document], tokenizer: PreTrainedTokenizerBase, max_block_length: int, max_title_length: int,
+    docs: list[Document],
+    tokenizer: PreTrainedTokenizerBase,
+    max_block_length: int,
+    max_title_length: int,
     stats: CorpusStats,
 ) -> Iterator[dict[str, Any]]:
     titles = tokenizer([d.title for d in docs], add_special_tokens=False, verbose=False)["input_ids"]
@@ -358,15 +367,23 @@ def _blocks_of_batch(
             text = doc.text[offsets[start][0] : offsets[end - 1][1]]
             stats.num_blocks += 1
             yield {
-                "uid": block_uid(doc.title, text), "doc_id": doc.id, "title": doc.title, "text": text,
-                "title_ids": title_ids, "body_ids": ids[start:end],
+                "uid": block_uid(doc.title, text),
+                "doc_id": doc.id,
+                "title": doc.title,
+                "text": text,
+                "title_ids": title_ids,
+                "body_ids": ids[start:end],
             }
         stats.num_documents += 1
 
 
 def _generate_blocks(
-    docs: Iterable[Document], tokenizer: PreTrainedTokenizerBase, max_block_length: int, max_title_length: int,
-    batch_size: int, stats: CorpusStats,
+    docs: Iterable[Document],
+    tokenizer: PreTrainedTokenizerBase,
+    max_block_length: int,
+    max_title_length: int,
+    batch_size: int,
+    stats: CorpusStats,
 ) -> Iterator[dict[str, Any]]:
     batch: list[Document] = []
     for doc in docs:
@@ -432,7 +449,9 @@ def build_blocks(
         # would also skip the generator and leave `stats` empty. functools.partial keeps datasets from sharding
         # list-valued gen_kwargs.
         blocks = datasets.Dataset.from_generator(
-            generate, features=BLOCK_FEATURES, cache_dir=None if cache_dir is None else str(cache_dir),
+            generate,
+            features=BLOCK_FEATURES,
+            cache_dir=None if cache_dir is None else str(cache_dir),
             fingerprint=uuid.uuid4().hex,
         )
     except datasets.exceptions.DatasetGenerationError as err:
@@ -443,7 +462,10 @@ def build_blocks(
     log = logger.warning if stats.num_empty else logger.info
     log(
         "cut %d documents into %d blocks of at most %d wordpieces; skipped %d empty documents",
-        stats.num_documents, stats.num_blocks, max_block_length, stats.num_empty,
+        stats.num_documents,
+        stats.num_blocks,
+        max_block_length,
+        stats.num_empty,
     )
     return blocks
 
@@ -492,8 +514,12 @@ def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBa
     stats = CorpusStats()
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.cache-", dir=out_dir.parent) as cache_dir:
         blocks = build_blocks(
-            read_documents(cfg, stats), tokenizer, cfg.max_block_length, max_title_length=cfg.max_title_length,
-            cache_dir=cache_dir, stats=stats,
+            read_documents(cfg, stats),
+            tokenizer,
+            cfg.max_block_length,
+            max_title_length=cfg.max_title_length,
+            cache_dir=cache_dir,
+            stats=stats,
         )
         save_blocks(blocks, out_dir, stats=stats, overwrite=True)
         del blocks

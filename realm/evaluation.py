@@ -15,6 +15,7 @@ import torch
 from realm.batch import PretrainCollator, RealmBatch
 from realm.index import BruteForceIndex, DocumentIndex
 from realm.jsonl import DataFileError, iter_field
+from realm.logging import progress
 from realm.model import RealmModel
 from realm.packing import SpecialIds, block_batch
 from realm.retrieval import BlockStore, retrieve, uid_hash
@@ -36,7 +37,9 @@ class HeldoutMetrics:
         return {f"{prefix}{k}": v for k, v in vars(self).items() if v is not None}
 
 
-def heldout_batches(rows: datasets.Dataset, special: SpecialIds, max_query_length: int, batch_size: int) -> Iterator[RealmBatch]:
+def heldout_batches(
+    rows: datasets.Dataset, special: SpecialIds, max_query_length: int, batch_size: int
+) -> Iterator[RealmBatch]:
     """Held-out rows in file order with their gold span masked."""
     collator = PretrainCollator(special, max_query_length, "gold", seed=0)
     for start in range(0, len(rows), batch_size):
@@ -51,7 +54,9 @@ def heldout_batches(rows: datasets.Dataset, special: SpecialIds, max_query_lengt
 
 
 @torch.inference_mode()
-def embed_corpus(embedder: Embedder, store: BlockStore, special: SpecialIds, max_block_length: int, batch_size: int = 128) -> torch.Tensor:
+def embed_corpus(
+    embedder: Embedder, store: BlockStore, special: SpecialIds, max_block_length: int, batch_size: int = 128
+) -> torch.Tensor:
     """[N, D] embeddings of every block, in-process (for evaluation on small corpora; the builder does it at scale)."""
     out = []
     was_training = embedder.training
@@ -107,11 +112,19 @@ def evaluate_heldout(
         gold_titles = list(gold_titles)[: len(rows)] if gold_titles is not None else None
     gold = gold_block_ids(store, gold_titles) if gold_titles is not None else None
     span_ok = tok_ok = cb_span_ok = cb_tok_ok = num_tokens = num = hit1 = hitk = 0
+    bar = progress(len(rows), "evaluating", unit="query")
     for batch in heldout_batches(rows, special, cfg.max_query_length, batch_size):
+        bar.update(batch.size)
         batch = batch.to(device)
         batch = retrieve(
-            model.embed_queries(batch), batch, index, store, special,
-            num_retrieved=cfg.num_retrieved, num_extra=cfg.num_extra_retrieved, max_block_length=cfg.max_block_length,
+            model.embed_queries(batch),
+            batch,
+            index,
+            store,
+            special,
+            num_retrieved=cfg.num_retrieved,
+            num_extra=cfg.num_extra_retrieved,
+            max_block_length=cfg.max_block_length,
         ).to(device)
         out = model(batch)
         mask = batch.target_mask.bool()
@@ -125,6 +138,7 @@ def evaluate_heldout(
                 hit1 += int(row[0] in gold[ex_id])
                 hitk += int(any(b in gold[ex_id] for b in row))
         num += batch.size
+    bar.close()
     model.train(was_training)
     num_tokens = max(num_tokens, 1)
     return HeldoutMetrics(

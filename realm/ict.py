@@ -50,7 +50,9 @@ class ICTCollator:
     """Examples are dicts with ``title_ids``, ``sentence_ids`` (list of wordpiece lists, >= 2 sentences), ``idx``,
     ``epoch``. The query sentence is removed from its block with probability ``remove_prob`` (0.9 in ORQA)."""
 
-    def __init__(self, special: SpecialIds, max_query_length: int, max_block_length: int, remove_prob: float, seed: int) -> None:
+    def __init__(
+        self, special: SpecialIds, max_query_length: int, max_block_length: int, remove_prob: float, seed: int
+    ) -> None:
         self.special, self.seed, self.remove_prob = special, seed, remove_prob
         self.max_query_length, self.max_block_length = max_query_length, max_block_length
 

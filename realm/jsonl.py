@@ -11,9 +11,7 @@ class DataFileError(ValueError):
     """A data file with a malformed record; the message names ``file:line``."""
 
 
-def iter_jsonl(
-    path: str | Path, on_error: Callable[[str, str], None] | None = None
-) -> Iterator[tuple[str, dict]]:
+def iter_jsonl(path: str | Path, on_error: Callable[[str, str], None] | None = None) -> Iterator[tuple[str, dict]]:
     """Yields ``("file:line", record)`` for every non-empty line holding a JSON object.
 
     A malformed line raises ``DataFileError("file:line: reason")``, or, when ``on_error`` is given, is reported to

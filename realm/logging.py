@@ -79,6 +79,22 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def progress(total: int | None, desc: str, unit: str = "it", initial: int = 0, enabled: bool = True):
+    """A tqdm bar with rate and ETA on a terminal; silent when stderr is not a TTY (CI, log files)."""
+    from tqdm.auto import tqdm
+
+    return tqdm(
+        total=total,
+        desc=desc,
+        unit=unit,
+        initial=initial,
+        dynamic_ncols=True,
+        mininterval=1.0,
+        disable=None if enabled else True,
+        leave=False,
+    )
+
+
 def set_num_threads(num_threads: int) -> None:
     """Caps intra-op threads (0 leaves torch's default); the trainer and builder share 2 cores in the demo."""
     if num_threads > 0:

@@ -50,7 +50,9 @@ class RealmModel(nn.Module):
     @classmethod
     def from_pretrained(cls, path: str | Path) -> "RealmModel":
         path = Path(path)
-        return cls(Retriever.from_pretrained(path / "retriever"), KnowledgeAugmentedEncoder.from_pretrained(path / "encoder"))
+        return cls(
+            Retriever.from_pretrained(path / "retriever"), KnowledgeAugmentedEncoder.from_pretrained(path / "encoder")
+        )
 
     def embed_queries(self, batch: RealmBatch) -> Tensor:
         """[B, D] embeddings of the masked queries."""
@@ -78,7 +80,9 @@ class RealmModel(nn.Module):
             cand.reader_attention_mask.view(-1, reader_len),
             cand.reader_token_type_ids.view(-1, reader_len),
             positions,
-        ).view(bsz, num_slots, positions.shape[1], -1)  # [B, K, M, V]
+        ).view(
+            bsz, num_slots, positions.shape[1], -1
+        )  # [B, K, M, V]
         targets = batch.target_ids.unsqueeze(1).expand(-1, num_slots, -1).unsqueeze(-1)
         token_log_probs = vocab_log_probs.gather(-1, targets).squeeze(-1)  # [B, K, M]
         with torch.no_grad():

@@ -28,12 +28,16 @@ class SpecialIds:
     @classmethod
     def of(cls, tokenizer) -> "SpecialIds":
         return cls(
-            cls=tokenizer.cls_token_id, sep=tokenizer.sep_token_id, pad=tokenizer.pad_token_id,
+            cls=tokenizer.cls_token_id,
+            sep=tokenizer.sep_token_id,
+            pad=tokenizer.pad_token_id,
             mask=tokenizer.mask_token_id,
         )
 
 
-def pack_pair(first: Sequence[int], second: Sequence[int], special: SpecialIds, max_length: int) -> tuple[list[int], list[int]]:
+def pack_pair(
+    first: Sequence[int], second: Sequence[int], special: SpecialIds, max_length: int
+) -> tuple[list[int], list[int]]:
     """``[CLS] first [SEP] second [SEP]`` truncated to ``max_length``; returns (ids, token_type_ids).
 
     ``first`` is never truncated (it holds the query and its masks, or a title); ``second`` is cut to fit.
@@ -63,7 +67,9 @@ def pad(sequences: Sequence[Sequence[int]], pad_id: int, length: int | None = No
     return ids, mask
 
 
-def block_batch(titles: Sequence[Sequence[int]], bodies: Sequence[Sequence[int]], special: SpecialIds, max_length: int) -> dict[str, Tensor]:
+def block_batch(
+    titles: Sequence[Sequence[int]], bodies: Sequence[Sequence[int]], special: SpecialIds, max_length: int
+) -> dict[str, Tensor]:
     """Document-embedder inputs for blocks: dict with input_ids, attention_mask, token_type_ids, each [N, L]."""
     # note: a title never takes more than half the block, so an overlong title cannot make a block unpackable
     packed = [pack_pair(list(t)[: max_length // 2], b, special, max_length) for t, b in zip(titles, bodies)]

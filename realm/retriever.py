@@ -114,8 +114,12 @@ class Retriever(nn.Module):
         return cls(query, doc)
 
     def forward(
-        self, query_input_ids: Tensor, query_attention_mask: Tensor,
-        doc_input_ids: Tensor, doc_attention_mask: Tensor, doc_token_type_ids: Tensor | None = None,
+        self,
+        query_input_ids: Tensor,
+        query_attention_mask: Tensor,
+        doc_input_ids: Tensor,
+        doc_attention_mask: Tensor,
+        doc_token_type_ids: Tensor | None = None,
     ) -> tuple[Tensor, Tensor]:
         """([Nq, D] query embeddings, [Nd, D] document embeddings); one call so DDP sees one forward."""
         return self.embed_queries(query_input_ids, query_attention_mask), self.embed_docs(

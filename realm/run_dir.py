@@ -300,7 +300,12 @@ def _weights_sha256(embedder_dir: Path) -> str:
 
 
 def export_retriever(
-    run_dir: str | Path, step: int, retriever: Retriever, *, blocks_path: str, tokenizer_path: str,
+    run_dir: str | Path,
+    step: int,
+    retriever: Retriever,
+    *,
+    blocks_path: str,
+    tokenizer_path: str,
     max_block_length: int,
 ) -> Path:
     """Publishes ``retriever/step-{step:08d}``: everything the builder needs to re-embed the corpus.
@@ -325,8 +330,12 @@ def export_retriever(
         # note: a tokenizer may be a hub name rather than a folder; only local paths are made absolute
         tokenizer = str(Path(tokenizer_path).resolve()) if Path(tokenizer_path).exists() else tokenizer_path
         manifest = {
-            "step": step, "blocks": str(Path(blocks_path).resolve()), "tokenizer": tokenizer,
-            "max_block_length": max_block_length, "weights_sha256": weights, "created": now_iso(),
+            "step": step,
+            "blocks": str(Path(blocks_path).resolve()),
+            "tokenizer": tokenizer,
+            "max_block_length": max_block_length,
+            "weights_sha256": weights,
+            "created": now_iso(),
         }
         return publish_folder(staging, final, manifest)
     except BaseException:
@@ -365,8 +374,15 @@ def corpus_fingerprint(uids: Iterable[str]) -> str:
 
 
 def publish_index_version(
-    run_dir: str | Path, staging: Path, *, step: int, weights_sha256: str, corpus_fingerprint: str, factory: str,
-    started: float, extra: dict[str, Any] | None = None,
+    run_dir: str | Path,
+    staging: Path,
+    *,
+    step: int,
+    weights_sha256: str,
+    corpus_fingerprint: str,
+    factory: str,
+    started: float,
+    extra: dict[str, Any] | None = None,
 ) -> Path:
     """Publishes a staging folder holding ``INDEX_FILES`` as ``index/v-{step:08d}`` (CURRENT is not touched).
 
@@ -374,10 +390,16 @@ def publish_index_version(
     """
     embeddings = np.load(staging / EMBEDDINGS_FILE, mmap_mode="r")
     manifest = {
-        "step": step, "weights_sha256": weights_sha256, "corpus_fingerprint": corpus_fingerprint,
-        "num_vectors": int(embeddings.shape[0]), "dim": int(embeddings.shape[1]), "factory": factory,
-        "files": file_entries(staging, INDEX_FILES), "build_seconds": round(time.time() - started, 3),
-        "created": now_iso(), **(extra or {}),
+        "step": step,
+        "weights_sha256": weights_sha256,
+        "corpus_fingerprint": corpus_fingerprint,
+        "num_vectors": int(embeddings.shape[0]),
+        "dim": int(embeddings.shape[1]),
+        "factory": factory,
+        "files": file_entries(staging, INDEX_FILES),
+        "build_seconds": round(time.time() - started, 3),
+        "created": now_iso(),
+        **(extra or {}),
     }
     del embeddings
     return publish_folder(staging, index_dir(run_dir) / folder_name(INDEX_PREFIX, step), manifest)

@@ -190,7 +190,9 @@ def prepare_sentences(
     log = logger.warning if num_without else logger.info
     log(
         "prepared %d sentences; %d have no salient span (kept; the collator rejects them)%s",
-        len(prepared), num_without, "" if tagger is not None else " because no tagger was given",
+        len(prepared),
+        num_without,
+        "" if tagger is not None else " because no tagger was given",
     )
     return prepared
 

@@ -58,8 +58,7 @@ _CONNECTOR_PAIRS = frozenset(
 )
 """Two-word connectors (Bank of the North, Vincent de la Cruz); "and the" is not one, so two names stay apart."""
 
-STOPWORDS = frozenset(
-    """
+STOPWORDS = frozenset("""
     a about above according across after afterwards again against all almost along already also although always am
     among an and another any anyone anything are around as at back be because been before behind being below beside
     besides between beyond both but by can cannot could despite did do does done down during each either else
@@ -83,8 +82,7 @@ STOPWORDS = frozenset(
     historically largely mostly nearly notably partly possibly probably quickly slowly rarely typically usually
     ultimately unfortunately fortunately certainly clearly apparently firstly secondly finally various certain
     mr mrs ms dr prof
-    """.split()
-)
+    """.split())
 """Lowercase words that are never a name on their own: function words, sentence starters, month and day names.
 
 A capitalised run loses these from its front, so "The Velnor Institute" tags "Velnor Institute" and a sentence that

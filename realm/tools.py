@@ -34,18 +34,30 @@ def main_world(argv: list[str]) -> int:
     parser.add_argument("--out", required=True, help="output folder (created if needed)")
     parser.add_argument("--seed", type=int, default=0, help="one seed always gives byte-identical files")
     parser.add_argument("--entities", type=int, default=2000, help="entities with an article (>= 8)")
-    parser.add_argument("--heldout-fraction", type=float, default=0.2,
-                        help="share of entities whose facts never appear in the pre-training sentences")
+    parser.add_argument(
+        "--heldout-fraction",
+        type=float,
+        default=0.2,
+        help="share of entities whose facts never appear in the pre-training sentences",
+    )
     args = parser.parse_args(argv)
     try:
-        cfg = from_dict(WorldConfig, {"seed": args.seed, "num_entities": args.entities,
-                                      "heldout_fraction": args.heldout_fraction}, where="realm world")
+        cfg = from_dict(
+            WorldConfig,
+            {"seed": args.seed, "num_entities": args.entities, "heldout_fraction": args.heldout_fraction},
+            where="realm world",
+        )
     except ConfigError as err:
         return _fail("world", err)
     world = generate_world(cfg)
     paths = write_world(world, args.out)
-    counts = {"corpus": len(world.corpus), "pretrain": len(world.pretrain), "heldout": len(world.heldout),
-              "entities": len(world.entities), "questions": len(world.questions)}
+    counts = {
+        "corpus": len(world.corpus),
+        "pretrain": len(world.pretrain),
+        "heldout": len(world.heldout),
+        "entities": len(world.entities),
+        "questions": len(world.questions),
+    }
     width = max(len(name) for name in paths)
     for name, path in paths.items():
         count = f"{counts[name]:>7} records" if name in counts else ""
@@ -61,8 +73,13 @@ def main_vocab(argv: list[str]) -> int:
     from realm.vocab import SPECIAL_TOKENS, train_wordpiece
 
     parser = argparse.ArgumentParser(prog="realm vocab", description="Train a WordPiece vocabulary on jsonl text.")
-    parser.add_argument("--input", action="append", required=True, metavar="FILE.jsonl",
-                        help="jsonl file with one object per line (repeat for several files)")
+    parser.add_argument(
+        "--input",
+        action="append",
+        required=True,
+        metavar="FILE.jsonl",
+        help="jsonl file with one object per line (repeat for several files)",
+    )
     parser.add_argument("--field", default="text", help="field holding the text (default: text)")
     parser.add_argument("--out", required=True, help="tokenizer folder (AutoTokenizer.from_pretrained reloads it)")
     parser.add_argument("--vocab-size", type=int, default=8000, help="entries, special tokens included")
@@ -80,11 +97,16 @@ def main_vocab(argv: list[str]) -> int:
     if num_texts == 0:
         return _fail("vocab", DataFileError(f"no text found in {', '.join(args.input)}"))
     tokenizer = train_wordpiece(
-        iter_field(args.input, args.field), args.vocab_size, args.out, lowercase=not args.cased,
+        iter_field(args.input, args.field),
+        args.vocab_size,
+        args.out,
+        lowercase=not args.cased,
         min_frequency=args.min_frequency,
     )
-    print(f"trained {len(tokenizer)} wordpieces ({'cased' if args.cased else 'uncased'}) on {num_texts} texts "
-          f"-> {args.out}")
+    print(
+        f"trained {len(tokenizer)} wordpieces ({'cased' if args.cased else 'uncased'}) on {num_texts} texts "
+        f"-> {args.out}"
+    )
     return 0
 
 

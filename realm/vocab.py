@@ -98,11 +98,7 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str = "tokenizer")
     """Raises ``ValueError`` unless ``tokenizer`` is fast and has [CLS], [SEP], [PAD] and [MASK] tokens."""
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError(f"{name}: a fast tokenizer is required (offset mappings align texts and wordpieces)")
-    missing = [
-        role
-        for role in ("cls", "sep", "pad", "mask")
-        if getattr(tokenizer, f"{role}_token_id", None) is None
-    ]
+    missing = [role for role in ("cls", "sep", "pad", "mask") if getattr(tokenizer, f"{role}_token_id", None) is None]
     if missing:
         raise ValueError(f"{name}: tokenizer has no {', '.join(missing)} token(s); REALM's input layouts need them")
 
@@ -144,6 +140,4 @@ def tokenizer_from_config(
         return load_tokenizer(out_dir)
     if texts is None:
         raise ValueError("VocabConfig.tokenizer is null, so texts are needed to train a vocabulary")
-    return train_wordpiece(
-        texts, cfg.vocab_size, out_dir, lowercase=cfg.lowercase, min_frequency=cfg.min_frequency
-    )
+    return train_wordpiece(texts, cfg.vocab_size, out_dir, lowercase=cfg.lowercase, min_frequency=cfg.min_frequency)

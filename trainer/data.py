@@ -111,8 +111,16 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
 
 
 def pretrain_loader(
-    rows: datasets.Dataset, special: SpecialIds, cfg: DataConfig, *, max_query_length: int, batch_size: int,
-    seed: int, start_step: int, rank: int = 0, world_size: int = 1,
+    rows: datasets.Dataset,
+    special: SpecialIds,
+    cfg: DataConfig,
+    *,
+    max_query_length: int,
+    batch_size: int,
+    seed: int,
+    start_step: int,
+    rank: int = 0,
+    world_size: int = 1,
 ) -> DataLoader:
     """The masked-query stream starting at ``start_step`` (the test seam: tests pass their own rows)."""
     sampler = StepBatchSampler(len(rows), batch_size, seed, start_step, rank, world_size)

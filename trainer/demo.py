@@ -39,8 +39,12 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--out", default="runs/demo", help="run directory (default runs/demo)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--entities", type=int, default=2000, help="entities in the generated world")
-    parser.add_argument("--vocab-size", type=int, default=12000,
-                        help="WordPiece entries (the default is large enough for every generated name to be one)")
+    parser.add_argument(
+        "--vocab-size",
+        type=int,
+        default=12000,
+        help="WordPiece entries (the default is large enough for every generated name to be one)",
+    )
     parser.add_argument("--ict-steps", type=int, default=None, help="override the ICT steps of configs/ict/demo.yaml")
     parser.add_argument("--steps", type=int, default=None, help="override the pre-training steps")
     parser.add_argument("--threads", type=int, default=0, help="trainer threads (0: torch default)")
@@ -66,11 +70,22 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
 
     t = time.perf_counter()
     paths = write_world(generate_world(WorldConfig(seed=args.seed, num_entities=args.entities)), run / "world")
-    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), args.vocab_size, run / "tokenizer")
-    ict_cfg = load_config(ICTConfig, args.ict_config, {"ict": {
-        "out_dir": str(run / "ict"), "tokenizer": str(run / "tokenizer"), "blocks": str(run / "blocks"),
-        "seed": args.seed, **({"max_steps": args.ict_steps} if args.ict_steps else {}),
-    }})
+    tokenizer = train_wordpiece(
+        iter_field([paths["corpus"], paths["pretrain"]], "text"), args.vocab_size, run / "tokenizer"
+    )
+    ict_cfg = load_config(
+        ICTConfig,
+        args.ict_config,
+        {
+            "ict": {
+                "out_dir": str(run / "ict"),
+                "tokenizer": str(run / "tokenizer"),
+                "blocks": str(run / "blocks"),
+                "seed": args.seed,
+                **({"max_steps": args.ict_steps} if args.ict_steps else {}),
+            }
+        },
+    )
     corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=ict_cfg.retriever.max_block_length)
     build_blocks_from_config(corpus, tokenizer, run / "blocks")
     stages["data_s"] = time.perf_counter() - t
@@ -79,24 +94,45 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
     ict_retriever = train_ict(ict_cfg)
     stages["ict_s"] = time.perf_counter() - t
 
-    cfg = load_config(PretrainConfig, args.config, [
-        f"--train.run_dir={run}", f"--train.seed={args.seed}", f"--train.init_retriever={ict_retriever}",
-        f"--data.tokenizer={run / 'tokenizer'}", f"--data.blocks={run / 'blocks'}",
-        f"--data.sentences={paths['pretrain']}", f"--data.heldout={paths['heldout']}",
-        *([f"--train.max_steps={args.steps}"] if args.steps else []), *overrides,
-    ])
+    cfg = load_config(
+        PretrainConfig,
+        args.config,
+        [
+            f"--train.run_dir={run}",
+            f"--train.seed={args.seed}",
+            f"--train.init_retriever={ict_retriever}",
+            f"--data.tokenizer={run / 'tokenizer'}",
+            f"--data.blocks={run / 'blocks'}",
+            f"--data.sentences={paths['pretrain']}",
+            f"--data.heldout={paths['heldout']}",
+            *([f"--train.max_steps={args.steps}"] if args.steps else []),
+            *overrides,
+        ],
+    )
     special = SpecialIds.of(tokenizer)
     store = BlockStore(load_blocks(cfg.data.blocks))
     heldout = prepare_sentences(load_jsonl_dataset(paths["heldout"]), tokenizer, None, cfg.retriever.max_query_length)
     titles = gold_titles(paths["heldout"])
 
     def evaluate(model: RealmModel):
-        return evaluate_heldout(model, heldout, store, special, cfg.retriever, batch_size=cfg.eval.batch_size,
-                                max_examples=cfg.eval.max_examples, gold_titles=titles)
+        return evaluate_heldout(
+            model,
+            heldout,
+            store,
+            special,
+            cfg.retriever,
+            batch_size=cfg.eval.batch_size,
+            max_examples=cfg.eval.max_examples,
+            gold_titles=titles,
+        )
 
     t = time.perf_counter()
-    start = evaluate(RealmModel(Retriever.from_pretrained(ict_retriever),
-                                KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer)))))
+    start = evaluate(
+        RealmModel(
+            Retriever.from_pretrained(ict_retriever),
+            KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer))),
+        )
+    )
     stages["eval_start_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
@@ -128,7 +164,7 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
         "stage_seconds": stages,
         "definitions": {
             "heldout_accuracy_*": "share of held-out sentences whose masked fact span is predicted exactly "
-                                  "(every wordpiece), argmax of the marginal p(y|x) or of p(y|null, x)",
+            "(every wordpiece), argmax of the marginal p(y|x) or of p(y|null, x)",
             "gold_recall_at_k": "share of held-out sentences whose entity's article is among the k retrieved blocks",
         },
     }
@@ -147,8 +183,10 @@ def format_table(summary: dict) -> str:
         ("wall seconds", summary["wall_seconds"]),
     ]
     width = max(len(name) for name, _ in rows)
-    lines = [f"{name:<{width}}  {value:.3f}" if isinstance(value, float) else f"{name:<{width}}  {value}"
-             for name, value in rows]
+    lines = [
+        f"{name:<{width}}  {value:.3f}" if isinstance(value, float) else f"{name:<{width}}  {value}"
+        for name, value in rows
+    ]
     return "\n".join(["REALM demo", "-" * (width + 10), *lines])
 
 

@@ -81,7 +81,9 @@ def ict_examples(blocks: datasets.Dataset, tokenizer) -> datasets.Dataset:
     rows = blocks.map(split, batched=True, remove_columns=[c for c in blocks.column_names if c != "title_ids"])
     kept = rows.filter(lambda r: len(r["sentence_ids"]) >= 2)
     if len(kept) < len(rows):
-        logger.warning("ICT: %d of %d blocks have fewer than 2 sentences and are not used", len(rows) - len(kept), len(rows))
+        logger.warning(
+            "ICT: %d of %d blocks have fewer than 2 sentences and are not used", len(rows) - len(kept), len(rows)
+        )
     return kept
 
 
@@ -97,14 +99,19 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     special = SpecialIds.of(tokenizer)
     rows = ict_examples(load_blocks(cfg.ict.blocks), tokenizer)
     bert_config = cfg.model.bert_config(len(tokenizer))
-    retriever = (Retriever.from_bert(cfg.model.init_from, cfg.retriever) if cfg.model.init_from
-                 else Retriever.from_config(bert_config, cfg.retriever))
+    retriever = (
+        Retriever.from_bert(cfg.model.init_from, cfg.retriever)
+        if cfg.model.init_from
+        else Retriever.from_config(bert_config, cfg.retriever)
+    )
     optimizer, scheduler = build_optimizer(retriever, cfg.optim, cfg.ict.max_steps)
     model, optimizer, scheduler = accelerator.prepare(retriever, optimizer, scheduler)
-    sampler = StepBatchSampler(len(rows), cfg.ict.batch_size, cfg.ict.seed, 0,
-                               accelerator.process_index, accelerator.num_processes)
-    collator = ICTCollator(special, cfg.retriever.max_query_length, cfg.retriever.max_block_length,
-                           cfg.ict.remove_prob, cfg.ict.seed)
+    sampler = StepBatchSampler(
+        len(rows), cfg.ict.batch_size, cfg.ict.seed, 0, accelerator.process_index, accelerator.num_processes
+    )
+    collator = ICTCollator(
+        special, cfg.retriever.max_query_length, cfg.retriever.max_block_length, cfg.ict.remove_prob, cfg.ict.seed
+    )
     loader = DataLoader(KeyedExamples(rows), batch_sampler=sampler, collate_fn=collator)
     metrics = MetricsLogger(out_dir / "metrics.jsonl" if accelerator.is_main_process else None, accelerator)
     unwrapped: Retriever = accelerator.unwrap_model(model)
@@ -113,8 +120,13 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
         if step >= cfg.ict.max_steps:
             break
         batch = batch.to(accelerator.device)
-        query, block = model(batch.query_input_ids, batch.query_attention_mask,
-                             batch.block_input_ids, batch.block_attention_mask, batch.block_token_type_ids)
+        query, block = model(
+            batch.query_input_ids,
+            batch.query_attention_mask,
+            batch.block_input_ids,
+            batch.block_attention_mask,
+            batch.block_token_type_ids,
+        )
         loss, accuracy = ict_loss(query, *_global_blocks(accelerator, block))
         accelerator.backward(loss)
         if cfg.optim.max_grad_norm > 0:
@@ -124,8 +136,9 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
         optimizer.zero_grad(set_to_none=True)
         step += 1
         if step % cfg.ict.log_interval == 0 or step == cfg.ict.max_steps:
-            plain = metrics.log({"ict/loss": loss.detach(), "ict/accuracy": accuracy,
-                                 "time/elapsed_s": time.perf_counter() - t0}, step)
+            plain = metrics.log(
+                {"ict/loss": loss.detach(), "ict/accuracy": accuracy, "time/elapsed_s": time.perf_counter() - t0}, step
+            )
             logger.info("ICT step %d loss %.4f in-batch acc %.3f", step, plain["ict/loss"], plain["ict/accuracy"])
     metrics.close()
     final = out_dir / "retriever"

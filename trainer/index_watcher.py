@@ -29,7 +29,11 @@ class IndexWatcher:
     """
 
     def __init__(
-        self, run_dir: str | Path, poll_interval_s: float = 1.0, *, index_cfg: IndexConfig | None = None,
+        self,
+        run_dir: str | Path,
+        poll_interval_s: float = 1.0,
+        *,
+        index_cfg: IndexConfig | None = None,
         verify: bool = True,
     ) -> None:
         if poll_interval_s <= 0:
@@ -78,6 +82,7 @@ class IndexWatcher:
 
         Returns None on timeout or when the watcher is closed; an older untaken version stays in the mailbox.
         """
+
         def ready() -> bool:
             return self._closed or (self._mailbox is not None and self._mailbox.step >= min_step)
 

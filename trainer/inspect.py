@@ -116,8 +116,10 @@ def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
     except FileNotFoundError as err:
         raise RunError(str(err)) from None
     if folder is None:
-        raise RunError(f"no complete checkpoint under {rd.checkpoints_dir(run)} (one is written every "
-                       f"train.save_interval={cfg.train.save_interval} steps); pass --checkpoint to choose one")
+        raise RunError(
+            f"no complete checkpoint under {rd.checkpoints_dir(run)} (one is written every "
+            f"train.save_interval={cfg.train.save_interval} steps); pass --checkpoint to choose one"
+        )
     weights = folder / MODEL_FILE
     if not weights.is_file():
         raise RunError(f"{folder} has no {MODEL_FILE} (not a checkpoint written by accelerator.save_state)")
@@ -157,12 +159,15 @@ def main_evaluate_mlm(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="realm evaluate-mlm",
         description="Held-out masked-fact accuracy of a run's checkpoint, with retrieval (exact search over freshly "
-                    "embedded blocks) and closed book, plus gold-article recall.",
+        "embedded blocks) and closed book, plus gold-article recall.",
     )
     parser.add_argument("run", help="run directory")
     parser.add_argument("--checkpoint", default=None, help="checkpoint folder (default: newest complete one)")
-    parser.add_argument("--heldout", default=None, help="held-out jsonl with answer_start/answer_end "
-                                                        "(default: data.heldout of the run)")
+    parser.add_argument(
+        "--heldout",
+        default=None,
+        help="held-out jsonl with answer_start/answer_end " "(default: data.heldout of the run)",
+    )
     parser.add_argument("--max-examples", type=int, default=None, help="default: eval.max_examples of the run")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the metrics to this json file")
     return _guard("evaluate-mlm", _evaluate_mlm, parser.parse_args(argv))
@@ -180,11 +185,19 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
     logging.getLogger("realm.sentences").setLevel(logging.ERROR)
     rows = prepare_sentences(load_jsonl_dataset(heldout), loaded.tokenizer, None, cfg.retriever.max_query_length)
     if all(span[0] < 0 for span in rows["gold_span"]):
-        raise RunError(f"{heldout}: no sentence has a gold answer span (answer_start/answer_end) within "
-                       f"{cfg.retriever.max_query_length - 2} wordpieces")
+        raise RunError(
+            f"{heldout}: no sentence has a gold answer span (answer_start/answer_end) within "
+            f"{cfg.retriever.max_query_length - 2} wordpieces"
+        )
     metrics = evaluate_heldout(
-        loaded.model, rows, loaded.store, loaded.special, cfg.retriever, index=None,
-        batch_size=cfg.eval.batch_size, max_examples=args.max_examples or cfg.eval.max_examples,
+        loaded.model,
+        rows,
+        loaded.store,
+        loaded.special,
+        cfg.retriever,
+        index=None,
+        batch_size=cfg.eval.batch_size,
+        max_examples=args.max_examples or cfg.eval.max_examples,
         gold_titles=gold_titles(heldout),
     )
     print(f"run {loaded.run_dir}  checkpoint {loaded.checkpoint.name} (step {loaded.step})  held-out {heldout}")
@@ -199,8 +212,13 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
     ]
     print(_table(["metric", "value"], [[name, _fmt(value)] for name, value in rows_out], align="<>"))
     if args.json:
-        record = {"run": str(loaded.run_dir), "checkpoint": str(loaded.checkpoint), "step": loaded.step,
-                  "heldout": heldout, **metrics.as_dict(prefix="")}
+        record = {
+            "run": str(loaded.run_dir),
+            "checkpoint": str(loaded.checkpoint),
+            "step": loaded.step,
+            "heldout": heldout,
+            **metrics.as_dict(prefix=""),
+        }
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")
     return 0
 
@@ -214,9 +232,13 @@ def main_inspect(argv: list[str]) -> int:
     parser.add_argument("query", help="query text ([MASK] allowed)")
     parser.add_argument("--k", type=int, default=5, help="blocks to show (default 5)")
     parser.add_argument("--checkpoint", default=None, help="checkpoint folder (default: newest complete one)")
-    parser.add_argument("--index", choices=("current", "exact"), default="current",
-                        help="current: the live published index (index/CURRENT); exact: embed every block now "
-                             "with the checkpoint's document embedder")
+    parser.add_argument(
+        "--index",
+        choices=("current", "exact"),
+        default="current",
+        help="current: the live published index (index/CURRENT); exact: embed every block now "
+        "with the checkpoint's document embedder",
+    )
     args = parser.parse_args(argv)
     if args.k <= 0:
         parser.error("--k must be positive")
@@ -234,18 +256,26 @@ def embed_query(loaded: LoadedRun, text: str) -> torch.Tensor:
 
 def _open_index(loaded: LoadedRun, which: str) -> tuple[DocumentIndex, str]:
     if which == "exact":
-        embeddings = embed_corpus(loaded.model.retriever.doc_embedder, loaded.store, loaded.special,
-                                  loaded.cfg.retriever.max_block_length)
-        return BruteForceIndex(embeddings), f"exact search over {len(loaded.store)} blocks embedded at step {loaded.step}"
+        embeddings = embed_corpus(
+            loaded.model.retriever.doc_embedder, loaded.store, loaded.special, loaded.cfg.retriever.max_block_length
+        )
+        return (
+            BruteForceIndex(embeddings),
+            f"exact search over {len(loaded.store)} blocks embedded at step {loaded.step}",
+        )
     version = rd.current_index_version(loaded.run_dir)
     if version is None:
-        raise RunError(f"no published index: {rd.index_dir(loaded.run_dir) / rd.CURRENT} is missing "
-                       "(is the builder running?); use --index exact to embed the blocks now")
+        raise RunError(
+            f"no published index: {rd.index_dir(loaded.run_dir) / rd.CURRENT} is missing "
+            "(is the builder running?); use --index exact to embed the blocks now"
+        )
     published = rd.load_index_version(version)
     if published.num_vectors != len(loaded.store):
         raise RunError(f"{version} indexes {published.num_vectors} blocks but data.blocks has {len(loaded.store)}")
-    return published, (f"index {version.name} ({published.manifest.get('factory', '?')}, built from step "
-                       f"{published.step} weights; query embedder from step {loaded.step})")
+    return published, (
+        f"index {version.name} ({published.manifest.get('factory', '?')}, built from step "
+        f"{published.step} weights; query embedder from step {loaded.step})"
+    )
 
 
 def _inspect(args: argparse.Namespace) -> int:
@@ -283,8 +313,10 @@ def _table(header: list[str], rows: list[list[str]], align: str) -> str:
     widths = [max(len(r[c]) for r in [header, *rows]) for c in range(len(header))]
 
     def line(cells: list[str]) -> str:
-        out = [f"{cell:{a}{w}}" if c < len(cells) - 1 or a == ">" else cell
-               for c, (cell, w, a) in enumerate(zip(cells, widths, align))]
+        out = [
+            f"{cell:{a}{w}}" if c < len(cells) - 1 or a == ">" else cell
+            for c, (cell, w, a) in enumerate(zip(cells, widths, align))
+        ]
         return "  ".join(out)
 
     return "\n".join([line(header), "  ".join("-" * w for w in widths), *(line(r) for r in rows)])

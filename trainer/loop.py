@@ -21,7 +21,7 @@ from realm.config import save_config
 from realm.corpus import load_blocks
 from realm.encoder import KnowledgeAugmentedEncoder
 from realm.evaluation import evaluate_heldout, gold_titles
-from realm.logging import MetricsLogger, set_num_threads
+from realm.logging import MetricsLogger, progress, set_num_threads
 from realm.marginal import get_loss
 from realm.model import RealmModel
 from realm.packing import SpecialIds
@@ -86,7 +86,8 @@ class Trainer:
             )
             self.heldout = (
                 prepared_sentences(cfg.data.heldout, self.tokenizer, None, cfg.retriever.max_query_length, cache)
-                if cfg.data.heldout else None
+                if cfg.data.heldout
+                else None
             )
 
         model = build_model(cfg, len(self.tokenizer))
@@ -102,8 +103,9 @@ class Trainer:
             state = load_checkpoint(self.accelerator, resume)
             self.step = state["step"]
             self.totals = RunTotals(**state.get("totals", {}))
-        self.metrics = MetricsLogger(self.run_dir / "metrics.jsonl" if self.accelerator.is_main_process else None,
-                                     self.accelerator)
+        self.metrics = MetricsLogger(
+            self.run_dir / "metrics.jsonl" if self.accelerator.is_main_process else None, self.accelerator
+        )
         self.watcher = IndexWatcher(self.run_dir, cfg.refresh.poll_interval_s)
         self.builder: subprocess.Popen | None = None
 
@@ -117,10 +119,15 @@ class Trainer:
         """Publishes the current document embedder for the builder (main process only)."""
         if self.accelerator.is_main_process:
             export_retriever(
-                self.run_dir, self.step, self.unwrapped.retriever,
+                self.run_dir,
+                self.step,
+                self.unwrapped.retriever,
                 blocks_path=str(Path(self.cfg.data.blocks).resolve()),
-                tokenizer_path=str(Path(self.cfg.data.tokenizer).resolve()) if Path(self.cfg.data.tokenizer).exists()
-                else self.cfg.data.tokenizer,
+                tokenizer_path=(
+                    str(Path(self.cfg.data.tokenizer).resolve())
+                    if Path(self.cfg.data.tokenizer).exists()
+                    else self.cfg.data.tokenizer
+                ),
                 max_block_length=self.cfg.retriever.max_block_length,
             )
             self.totals.num_exports += 1
@@ -131,8 +138,13 @@ class Trainer:
             return
         log = open(self.run_dir / "builder.log", "a")
         cmd = [
-            sys.executable, "-m", "index_builder.build", "--config", self.cfg.refresh.builder_config,
-            f"--run_dir={self.run_dir}", f"--num_threads={self.cfg.refresh.builder_num_threads}",
+            sys.executable,
+            "-m",
+            "index_builder.build",
+            "--config",
+            self.cfg.refresh.builder_config,
+            f"--run_dir={self.run_dir}",
+            f"--num_threads={self.cfg.refresh.builder_num_threads}",
         ]
         self.builder = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         logger.info("started index builder (pid %d), log in %s", self.builder.pid, self.run_dir / "builder.log")
@@ -147,11 +159,17 @@ class Trainer:
 
     def _swap(self, published) -> None:
         if published.step > self.step:
-            logger.warning("index v%d was built from weights after this run's step %d (a run resumed from an "
-                           "earlier checkpoint); it is used until the next refresh", published.step, self.step)
+            logger.warning(
+                "index v%d was built from weights after this run's step %d (a run resumed from an "
+                "earlier checkpoint); it is used until the next refresh",
+                published.step,
+                self.step,
+            )
         self.index = published
         self.totals.num_index_refreshes += 1
-        logger.info("step %d: swapped in index v%d (staleness %d)", self.step, published.step, self.step - published.step)
+        logger.info(
+            "step %d: swapped in index v%d (staleness %d)", self.step, published.step, self.step - published.step
+        )
 
     def wait_for_index(self, min_step: int, timeout_s: float) -> None:
         """Blocks until an index built from weights of step >= ``min_step`` is loaded; the time counts as waiting."""
@@ -163,8 +181,10 @@ class Trainer:
                 self._swap(published)
                 break
             if time.perf_counter() - start > timeout_s:
-                raise TimeoutError(f"no index of step >= {min_step} appeared in {self.run_dir / 'index'} "
-                                   f"within {timeout_s:.0f} s; is the builder running?")
+                raise TimeoutError(
+                    f"no index of step >= {min_step} appeared in {self.run_dir / 'index'} "
+                    f"within {timeout_s:.0f} s; is the builder running?"
+                )
         self.totals.index_wait_s += time.perf_counter() - start
 
     def maybe_swap_index(self) -> None:
@@ -177,7 +197,9 @@ class Trainer:
             latest = latest_retriever_export(self.run_dir)
             target = latest[0] if latest else self.step
             if target > self.index.step:
-                logger.info("index is %d steps stale (> %d): waiting for v%d", staleness, self.cfg.refresh.max_staleness, target)
+                logger.info(
+                    "index is %d steps stale (> %d): waiting for v%d", staleness, self.cfg.refresh.max_staleness, target
+                )
                 self.wait_for_index(target, self.cfg.refresh.initial_index_timeout_s)
 
     # ------------------------------------------------------------------------------------------- loop
@@ -198,13 +220,20 @@ class Trainer:
         self.wait_for_index(0, cfg.refresh.initial_index_timeout_s)
 
         loader = pretrain_loader(
-            self.sentences, self.special, cfg.data, max_query_length=cfg.retriever.max_query_length,
-            batch_size=cfg.train.batch_size, seed=cfg.train.seed, start_step=self.step,
-            rank=self.accelerator.process_index, world_size=self.accelerator.num_processes,
+            self.sentences,
+            self.special,
+            cfg.data,
+            max_query_length=cfg.retriever.max_query_length,
+            batch_size=cfg.train.batch_size,
+            seed=cfg.train.seed,
+            start_step=self.step,
+            rank=self.accelerator.process_index,
+            world_size=self.accelerator.num_processes,
         )
         window: list[dict] = []
         t_window = time.perf_counter()
         last_step = min(cfg.train.max_steps, cfg.train.stop_at_step or cfg.train.max_steps)
+        bar = progress(last_step, "training", unit="step", initial=self.step, enabled=self.accelerator.is_main_process)
         for batch in loader:
             if self.step >= last_step:
                 break
@@ -216,8 +245,13 @@ class Trainer:
                 query_emb = self.unwrapped.embed_queries(batch)
             self.model.train()
             batch = retrieve(
-                query_emb, batch, self.index, self.store, self.special,
-                num_retrieved=cfg.retriever.num_retrieved, num_extra=cfg.retriever.num_extra_retrieved,
+                query_emb,
+                batch,
+                self.index,
+                self.store,
+                self.special,
+                num_retrieved=cfg.retriever.num_retrieved,
+                num_extra=cfg.retriever.num_extra_retrieved,
                 max_block_length=cfg.retriever.max_block_length,
             ).to(self.accelerator.device)
             retrieve_s = time.perf_counter() - t0
@@ -229,6 +263,7 @@ class Trainer:
             self.scheduler.step()
             self.optimizer.zero_grad(set_to_none=True)
             self.step += 1
+            bar.update(1)
             window.append({**out.metrics, "retrieve_s": retrieve_s})
 
             if self.schedule.is_due(self.step):
@@ -241,6 +276,7 @@ class Trainer:
             if self.step % cfg.train.save_interval == 0 or self.step == last_step:
                 self.totals.wall_s = wall_before + time.perf_counter() - start_wall
                 self.save()
+        bar.close()
         self.totals.wall_s = wall_before + time.perf_counter() - start_wall
         return self.summary()
 
@@ -250,19 +286,29 @@ class Trainer:
         stacked = torch.stack([torch.stack([w[k].float() for k in keys]) for w in window]).mean(0)
         stacked = self.accelerator.reduce(stacked.to(self.accelerator.device), reduction="mean")
         metrics = {f"train/{k}": v for k, v in zip(keys, stacked.tolist())}
-        metrics.update({
-            "train/lr": self.scheduler.get_last_lr()[0],
-            "index/version": self.index.step,
-            "index/staleness": max(self.step - self.index.step, 0),
-            "index/num_refreshes": self.totals.num_index_refreshes,
-            "time/step_s": seconds / len(window),
-            "time/retrieve_s": sum(w["retrieve_s"] for w in window) / len(window),
-            "time/index_wait_s": self.totals.index_wait_s,
-        })
+        metrics.update(
+            {
+                "train/lr": self.scheduler.get_last_lr()[0],
+                "index/version": self.index.step,
+                "index/staleness": max(self.step - self.index.step, 0),
+                "index/num_refreshes": self.totals.num_index_refreshes,
+                "time/step_s": seconds / len(window),
+                "time/retrieve_s": sum(w["retrieve_s"] for w in window) / len(window),
+                "time/index_wait_s": self.totals.index_wait_s,
+            }
+        )
         plain = self.metrics.log(metrics, self.step)
-        logger.info("step %d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step",
-                    self.step, plain["train/loss"], plain["train/mlm_accuracy"], plain["train/retrieval_utility"],
-                    plain["train/null_doc_prob"], self.index.step, self.step - self.index.step, plain["time/step_s"])
+        logger.info(
+            "step %d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step",
+            self.step,
+            plain["train/loss"],
+            plain["train/mlm_accuracy"],
+            plain["train/retrieval_utility"],
+            plain["train/null_doc_prob"],
+            self.index.step,
+            self.step - self.index.step,
+            plain["time/step_s"],
+        )
 
     def evaluate(self) -> dict:
         """Held-out evaluation on the live index (main process; small by construction)."""
@@ -270,8 +316,15 @@ class Trainer:
             return {}
         gold = gold_titles(self.cfg.data.heldout)
         result = evaluate_heldout(
-            self.unwrapped, self.heldout, self.store, self.special, self.cfg.retriever, index=self.index,
-            batch_size=self.cfg.eval.batch_size, max_examples=self.cfg.eval.max_examples, gold_titles=gold,
+            self.unwrapped,
+            self.heldout,
+            self.store,
+            self.special,
+            self.cfg.retriever,
+            index=self.index,
+            batch_size=self.cfg.eval.batch_size,
+            max_examples=self.cfg.eval.max_examples,
+            gold_titles=gold,
         ).as_dict()
         self.metrics.log(result, self.step)
         return result

@@ -38,12 +38,17 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, max_steps: int):
     groups: dict[tuple[bool, bool], list] = {}
     for name, param in model.named_parameters():  # named_parameters() de-duplicates shared modules
         if param.requires_grad:
-            key = (name.startswith("retriever.") or name.split(".")[0] in ("query_embedder", "separate_doc_embedder"),
-                   param.ndim >= 2)
+            key = (
+                name.startswith("retriever.") or name.split(".")[0] in ("query_embedder", "separate_doc_embedder"),
+                param.ndim >= 2,
+            )
             groups.setdefault(key, []).append(param)
     param_groups = [
-        {"params": params, "lr": cfg.lr * (cfg.retriever_lr_scale if is_retriever else 1.0),
-         "weight_decay": cfg.weight_decay if decay else 0.0}
+        {
+            "params": params,
+            "lr": cfg.lr * (cfg.retriever_lr_scale if is_retriever else 1.0),
+            "weight_decay": cfg.weight_decay if decay else 0.0,
+        }
         for (is_retriever, decay), params in sorted(groups.items())
     ]
     optimizer = torch.optim.AdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)

@@ -27,22 +27,36 @@ def tiny_world(tmp_path_factory) -> dict[str, Path]:
 
 def data_overrides(world: dict[str, Path]) -> list[str]:
     return [
-        f"--data.tokenizer={world['tokenizer']}", f"--data.blocks={world['blocks']}",
-        f"--data.sentences={world['pretrain']}", f"--data.heldout={world['heldout']}",
+        f"--data.tokenizer={world['tokenizer']}",
+        f"--data.blocks={world['blocks']}",
+        f"--data.sentences={world['pretrain']}",
+        f"--data.heldout={world['heldout']}",
     ]
 
 
 def subprocess_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false",
-               OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        WANDB_MODE="disabled",
+        TOKENIZERS_PARALLELISM="false",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(ROOT),
+    )
     return env
 
 
 def run_module(module: str, *args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     """Runs ``python -m module args`` from the repository root; fails the test with its output on error."""
-    proc = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, env=subprocess_env(),
-                          capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=ROOT,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     assert proc.returncode == 0, f"{module} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
 

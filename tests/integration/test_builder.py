@@ -32,27 +32,44 @@ def run(tmp_path) -> tuple[Path, Path, Path]:
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     BertTokenizer(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tmp_path / "tokenizer")
     rng = np.random.default_rng(0)
-    blocks = datasets.Dataset.from_dict({
-        "uid": [f"u{i}" for i in range(NUM_BLOCKS)], "doc_id": [f"d{i // 3}" for i in range(NUM_BLOCKS)],
-        "title": [""] * NUM_BLOCKS, "text": [""] * NUM_BLOCKS,
-        "title_ids": [rng.integers(5, 45, rng.integers(1, 4)).tolist() for _ in range(NUM_BLOCKS)],
-        "body_ids": [rng.integers(5, 45, rng.integers(1, 40)).tolist() for _ in range(NUM_BLOCKS)],
-    }, features=datasets.Features({
-        "uid": datasets.Value("string"), "doc_id": datasets.Value("string"), "title": datasets.Value("string"),
-        "text": datasets.Value("string"), "title_ids": datasets.List(datasets.Value("int32")),
-        "body_ids": datasets.List(datasets.Value("int32")),
-    }))
+    blocks = datasets.Dataset.from_dict(
+        {
+            "uid": [f"u{i}" for i in range(NUM_BLOCKS)],
+            "doc_id": [f"d{i // 3}" for i in range(NUM_BLOCKS)],
+            "title": [""] * NUM_BLOCKS,
+            "text": [""] * NUM_BLOCKS,
+            "title_ids": [rng.integers(5, 45, rng.integers(1, 4)).tolist() for _ in range(NUM_BLOCKS)],
+            "body_ids": [rng.integers(5, 45, rng.integers(1, 40)).tolist() for _ in range(NUM_BLOCKS)],
+        },
+        features=datasets.Features(
+            {
+                "uid": datasets.Value("string"),
+                "doc_id": datasets.Value("string"),
+                "title": datasets.Value("string"),
+                "text": datasets.Value("string"),
+                "title_ids": datasets.List(datasets.Value("int32")),
+                "body_ids": datasets.List(datasets.Value("int32")),
+            }
+        ),
+    )
     blocks.save_to_disk(tmp_path / "blocks")
     return tmp_path / "run", tmp_path / "blocks", tmp_path / "tokenizer"
 
 
 def export(run: tuple[Path, Path, Path], step: int) -> Retriever:
     torch.manual_seed(step)
-    bert = BertConfig(vocab_size=45, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=64)
+    bert = BertConfig(
+        vocab_size=45,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     retriever = Retriever.from_config(bert, RetrieverConfig(embed_dim=16, max_block_length=MAX_BLOCK_LENGTH))
-    rd.export_retriever(run[0], step, retriever, blocks_path=str(run[1]), tokenizer_path=str(run[2]),
-                        max_block_length=MAX_BLOCK_LENGTH)
+    rd.export_retriever(
+        run[0], step, retriever, blocks_path=str(run[1]), tokenizer_path=str(run[2]), max_block_length=MAX_BLOCK_LENGTH
+    )
     return retriever
 
 
@@ -75,9 +92,9 @@ def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(ru
     special = SpecialIds.of(AutoTokenizer.from_pretrained(tokenizer_path))
     embedder = retriever.doc_embedder.eval()
     with torch.inference_mode():
-        direct = torch.cat([
-            embedder(**block_batch([b["title_ids"]], [b["body_ids"]], special, MAX_BLOCK_LENGTH)) for b in blocks
-        ])
+        direct = torch.cat(
+            [embedder(**block_batch([b["title_ids"]], [b["body_ids"]], special, MAX_BLOCK_LENGTH)) for b in blocks]
+        )
     torch.testing.assert_close(torch.from_numpy(np.array(published.embeddings())), direct, atol=1e-5, rtol=0)
 
     # FAISS (Flat) search equals brute force over the published embeddings
@@ -90,8 +107,14 @@ def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(ru
     # two newer exports: only the newest is built, through the command line with an override
     export(run, 20)
     export(run, 30)
-    argv = ["--config", str(REPO / "configs/index/default.yaml"), "--run_dir", str(run_dir), "--once=true",
-            "--index.factory=HNSW32"]
+    argv = [
+        "--config",
+        str(REPO / "configs/index/default.yaml"),
+        "--run_dir",
+        str(run_dir),
+        "--once=true",
+        "--index.factory=HNSW32",
+    ]
     assert main(argv) == 0
     assert [s for s, _ in rd.list_published(rd.index_dir(run_dir), rd.INDEX_PREFIX)] == [10, 30]
     latest = rd.load_index_version(rd.current_index_version(run_dir))

@@ -12,16 +12,39 @@ pytestmark = pytest.mark.slow
 def test_demo_writes_summary_with_all_fields(tmp_path):
     run = tmp_path / "demo"
     proc = run_module(
-        "trainer.demo", "--out", str(run), "--entities", "100", "--ict-steps", "10", "--steps", "6",
-        "--refresh.refresh_interval=2", "--train.log_interval=2", "--train.save_interval=6", "--eval.max_examples=40",
+        "trainer.demo",
+        "--out",
+        str(run),
+        "--entities",
+        "100",
+        "--ict-steps",
+        "10",
+        "--steps",
+        "6",
+        "--refresh.refresh_interval=2",
+        "--train.log_interval=2",
+        "--train.save_interval=6",
+        "--eval.max_examples=40",
         timeout=300,
     )
     summary = json.loads((run / "summary.json").read_text())
-    for key in ("heldout_accuracy_retrieval", "heldout_accuracy_closed_book", "gold_recall_at_k_start",
-                "gold_recall_at_k_end", "num_index_refreshes", "trainer_wait_fraction", "wall_seconds"):
+    for key in (
+        "heldout_accuracy_retrieval",
+        "heldout_accuracy_closed_book",
+        "gold_recall_at_k_start",
+        "gold_recall_at_k_end",
+        "num_index_refreshes",
+        "trainer_wait_fraction",
+        "wall_seconds",
+    ):
         assert key in summary, key
-    for key in ("heldout_accuracy_retrieval", "heldout_accuracy_closed_book", "gold_recall_at_k_start",
-                "gold_recall_at_k_end", "trainer_wait_fraction"):
+    for key in (
+        "heldout_accuracy_retrieval",
+        "heldout_accuracy_closed_book",
+        "gold_recall_at_k_start",
+        "gold_recall_at_k_end",
+        "trainer_wait_fraction",
+    ):
         assert 0.0 <= summary[key] <= 1.0, (key, summary[key])
     assert summary["pretrain_steps"] == 6 and summary["num_index_refreshes"] >= 2
     assert summary["num_heldout_examples"] == 40

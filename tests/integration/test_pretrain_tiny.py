@@ -23,11 +23,21 @@ def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, 
     run = tmp_path / "run"
     builder = subprocess.Popen(
         [sys.executable, "-m", "index_builder.build", "--config", "configs/index/tiny.yaml", f"--run_dir={run}"],
-        cwd=ROOT, env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        cwd=ROOT,
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
     )
     try:
-        proc = run_module("trainer.pretrain", "--config", TINY, f"--train.run_dir={run}",
-                          "--refresh.spawn_builder=false", *data_overrides(tiny_world))
+        proc = run_module(
+            "trainer.pretrain",
+            "--config",
+            TINY,
+            f"--train.run_dir={run}",
+            "--refresh.spawn_builder=false",
+            *data_overrides(tiny_world),
+        )
         summary = last_json(proc.stdout)
         # a standalone builder exits by itself once the trainer has written DONE and everything is indexed
         builder.wait(timeout=60)
@@ -37,8 +47,7 @@ def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, 
     assert builder.returncode == 0, builder.stdout.read()[-3000:]
     assert summary["step"] == 6
     assert summary["num_index_refreshes"] >= 3  # the initial index plus refreshes after steps 2 and 4
-    assert [p.name for _, p in list_published(run / "checkpoints", "step-")] == [
-        "step-00000003", "step-00000006"]
+    assert [p.name for _, p in list_published(run / "checkpoints", "step-")] == ["step-00000003", "step-00000006"]
     versions = list_published(run / "index", "v-")
     assert versions and all((p / "manifest.json").is_file() for _, p in versions)
     manifest = json.loads((versions[-1][1] / "manifest.json").read_text())
@@ -47,8 +56,14 @@ def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, 
     assert sorted(losses) == [2, 4, 6] and all(math.isfinite(v) for v in losses.values())
 
     # resume to 8 steps: exactly 2 more, from the newest complete checkpoint
-    proc = run_module("trainer.pretrain", "--config", TINY, f"--train.run_dir={run}", "--train.max_steps=8",
-                      *data_overrides(tiny_world))
+    proc = run_module(
+        "trainer.pretrain",
+        "--config",
+        TINY,
+        f"--train.run_dir={run}",
+        "--train.max_steps=8",
+        *data_overrides(tiny_world),
+    )
     assert last_json(proc.stdout)["step"] == 8
     assert sorted(_losses(run)) == [2, 4, 6, 8]
     assert "resumed from" in proc.stderr and "step-00000006" in proc.stderr

@@ -38,7 +38,17 @@ def tokenizer_dir(tmp_path_factory) -> Path:
     """A WordPiece vocabulary trained by ``realm vocab`` on the docs above."""
     folder = tmp_path_factory.mktemp("cli")
     corpus = write_jsonl(folder / "docs.jsonl", DOCS)
-    argv = ["vocab", "--input", str(corpus), "--out", str(folder / "tok"), "--vocab-size", "200", "--min-frequency", "1"]
+    argv = [
+        "vocab",
+        "--input",
+        str(corpus),
+        "--out",
+        str(folder / "tok"),
+        "--vocab-size",
+        "200",
+        "--min-frequency",
+        "1",
+    ]
     assert main(argv) == 0
     return folder / "tok"
 
@@ -114,8 +124,19 @@ def test_blocks_cuts_a_jsonl_corpus_and_reports_counts(tmp_path, capsys, tokeniz
     from realm.corpus import load_blocks
 
     corpus = write_jsonl(tmp_path / "docs.jsonl", DOCS)
-    argv = ["blocks", "--out", str(tmp_path / "blocks"), "--tokenizer", str(tokenizer_dir), "--input", str(corpus),
-            "--max-block-length", "16", "--max-title-length", "4"]
+    argv = [
+        "blocks",
+        "--out",
+        str(tmp_path / "blocks"),
+        "--tokenizer",
+        str(tokenizer_dir),
+        "--input",
+        str(corpus),
+        "--max-block-length",
+        "16",
+        "--max-title-length",
+        "4",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     blocks = load_blocks(tmp_path / "blocks")
@@ -199,14 +220,49 @@ def tiny_run(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("tiny-run")
     world, run = root / "world", root / "run"
     assert main(["world", "--out", str(world), "--entities", "12"]) == 0
-    assert main(["vocab", "--input", str(world / "corpus.jsonl"), "--input", str(world / "pretrain.jsonl"),
-                 "--out", str(root / "tok"), "--vocab-size", "300"]) == 0
-    assert main(["blocks", "--out", str(root / "blocks"), "--tokenizer", str(root / "tok"),
-                 "--input", str(world / "corpus.jsonl"), "--max-block-length", "48"]) == 0
-    cfg = load_config(PretrainConfig, "configs/pretrain/tiny.yaml", [
-        f"--train.run_dir={run}", f"--data.tokenizer={root / 'tok'}", f"--data.blocks={root / 'blocks'}",
-        f"--data.sentences={world / 'pretrain.jsonl'}", f"--data.heldout={world / 'heldout.jsonl'}",
-    ])
+    assert (
+        main(
+            [
+                "vocab",
+                "--input",
+                str(world / "corpus.jsonl"),
+                "--input",
+                str(world / "pretrain.jsonl"),
+                "--out",
+                str(root / "tok"),
+                "--vocab-size",
+                "300",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "blocks",
+                "--out",
+                str(root / "blocks"),
+                "--tokenizer",
+                str(root / "tok"),
+                "--input",
+                str(world / "corpus.jsonl"),
+                "--max-block-length",
+                "48",
+            ]
+        )
+        == 0
+    )
+    cfg = load_config(
+        PretrainConfig,
+        "configs/pretrain/tiny.yaml",
+        [
+            f"--train.run_dir={run}",
+            f"--data.tokenizer={root / 'tok'}",
+            f"--data.blocks={root / 'blocks'}",
+            f"--data.sentences={world / 'pretrain.jsonl'}",
+            f"--data.heldout={world / 'heldout.jsonl'}",
+        ],
+    )
     run.mkdir()
     save_config(cfg, run / "config.yaml")
     tokenizer = load_tokenizer(root / "tok")
@@ -228,8 +284,9 @@ def tiny_run(tmp_path_factory) -> Path:
     embeddings = embed_corpus(model.retriever.doc_embedder, store, SpecialIds.of(tokenizer), 48)
     staging = rd.new_staging(rd.index_dir(run))
     np.save(staging / rd.EMBEDDINGS_FILE, embeddings.numpy())
-    version = publish_embeddings(run, staging, step=6, weights_sha256="-", corpus_fingerprint="-",
-                                 cfg=IndexConfig(), started=time.time())
+    version = publish_embeddings(
+        run, staging, step=6, weights_sha256="-", corpus_fingerprint="-", cfg=IndexConfig(), started=time.time()
+    )
     rd.set_current_index(run, version)
     return run
 

@@ -52,7 +52,9 @@ def test_validation_errors_name_the_section():
 
 def test_overrides_are_dotted_and_typed():
     assert parse_overrides(["--optim.lr=2e-3", "--train.max_steps", "7", "--refresh.spawn_builder=true"]) == {
-        "optim": {"lr": 0.002}, "train": {"max_steps": 7}, "refresh": {"spawn_builder": True}
+        "optim": {"lr": 0.002},
+        "train": {"max_steps": 7},
+        "refresh": {"spawn_builder": True},
     }
     with pytest.raises(ConfigError, match="expected --section.key=value"):
         parse_overrides(["max_steps=3"])

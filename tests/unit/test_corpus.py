@@ -64,8 +64,12 @@ def test_read_jsonl_uses_configured_field_names(tmp_path):
 
 @pytest.mark.parametrize(
     "bad_line, reason",
-    [("{not json", "invalid JSON"), ('{"id": "x", "title": "T"}', "missing field"), ('["a list"]', "expected a JSON object"),
-     ('{"id": "x", "title": "T", "text": 5}', "text and title must be strings")],
+    [
+        ("{not json", "invalid JSON"),
+        ('{"id": "x", "title": "T"}', "missing field"),
+        ('["a list"]', "expected a JSON object"),
+        ('{"id": "x", "title": "T", "text": 5}', "text and title must be strings"),
+    ],
 )
 def test_malformed_jsonl_line_raises_naming_file_and_line(tmp_path, bad_line, reason):
     good = json.dumps({"id": "a", "title": "T", "text": "Fine."})

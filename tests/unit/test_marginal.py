@@ -43,7 +43,9 @@ def test_per_token_loss_equals_brute_force_enumeration():
 def test_per_token_loss_ignores_padding_targets():
     logits, token_lp, mask = _random_inputs()
     garbage = torch.where(mask.bool().unsqueeze(1), token_lp, torch.full_like(token_lp, -50.0))
-    assert marginal_mlm_loss(logits, garbage, mask).item() == pytest.approx(marginal_mlm_loss(logits, token_lp, mask).item())
+    assert marginal_mlm_loss(logits, garbage, mask).item() == pytest.approx(
+        marginal_mlm_loss(logits, token_lp, mask).item()
+    )
     # The HF port's implicit all-ones mask would give a different value: the mask really is used.
     assert marginal_mlm_loss(logits, token_lp, torch.ones_like(mask)).item() != pytest.approx(
         marginal_mlm_loss(logits, token_lp, mask).item()
@@ -73,7 +75,9 @@ def test_null_document_only_when_one_slot_dominates():
     logits, token_lp, mask = _random_inputs()
     logits = logits.clone()
     logits[:, 0] = 1e4  # all mass on the null document: marginal == closed book
-    assert marginal_mlm_loss(logits, token_lp, mask).item() == pytest.approx(closed_book_loss(logits, token_lp, mask).item())
+    assert marginal_mlm_loss(logits, token_lp, mask).item() == pytest.approx(
+        closed_book_loss(logits, token_lp, mask).item()
+    )
     metrics = retrieval_metrics(logits, token_lp, mask)
     assert metrics["null_doc_prob"].item() == pytest.approx(1.0)
     assert metrics["retrieval_utility"].item() == pytest.approx(0.0, abs=1e-9)

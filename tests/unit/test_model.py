@@ -42,8 +42,12 @@ def _store(n=12, seed=0):
 def _batch(source_uids, seed=0):
     rng = np.random.default_rng(seed)
     examples = [
-        {"input_ids": rng.integers(5, VOCAB, 8).tolist(), "salient_spans": [[2, 4]], "idx": i,
-         "source_uid_hash": uid_hash(u)}
+        {
+            "input_ids": rng.integers(5, VOCAB, 8).tolist(),
+            "salient_spans": [[2, 4]],
+            "idx": i,
+            "source_uid_hash": uid_hash(u),
+        }
         for i, u in enumerate(source_uids)
     ]
     return PretrainCollator(SPECIAL, 16, "salient", seed=0)(examples)
@@ -82,10 +86,23 @@ def test_null_document_is_in_slot_zero_with_an_empty_body():
 @pytest.mark.parametrize("shared", [True, False])
 def test_gradients_reach_both_embedders_and_the_encoder(shared):
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
-    cfg = RetrieverConfig(embed_dim=16, share_embedders=shared, max_query_length=16, max_block_length=16,
-                          num_candidates=4, num_extra_retrieved=1)
+    config = BertConfig(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    cfg = RetrieverConfig(
+        embed_dim=16,
+        share_embedders=shared,
+        max_query_length=16,
+        max_block_length=16,
+        num_candidates=4,
+        num_extra_retrieved=1,
+    )
     model = RealmModel.from_config(config, cfg)
     store, uids = _store()
     batch = _batch([uids[0], uids[1], ""])
@@ -94,8 +111,9 @@ def test_gradients_reach_both_embedders_and_the_encoder(shared):
     index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store, SPECIAL, 16))
     from realm.retrieval import retrieve
 
-    batch = retrieve(model.embed_queries(batch), batch, index, store, SPECIAL, num_retrieved=3, num_extra=1,
-                     max_block_length=16)
+    batch = retrieve(
+        model.embed_queries(batch), batch, index, store, SPECIAL, num_retrieved=3, num_extra=1, max_block_length=16
+    )
     assert not (batch.candidates.block_ids[:2, 1:] == torch.tensor([[0], [1]])).any()  # own source filtered
     out = model(batch)
     assert out.retrieval_logits.shape == (3, 4)
@@ -115,8 +133,9 @@ def test_gradients_reach_both_embedders_and_the_encoder(shared):
 @pytest.mark.parametrize("shared", [True, False])
 def test_model_round_trips_through_from_pretrained(tmp_path, shared):
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64)
+    config = BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
     cfg = RetrieverConfig(embed_dim=16, share_embedders=shared, pooling="mean")
     model = RealmModel.from_config(config, cfg).eval()
     model.save_pretrained(tmp_path / "m")
@@ -128,5 +147,7 @@ def test_model_round_trips_through_from_pretrained(tmp_path, shared):
     assert torch.allclose(model.retriever.embed_docs(ids, mask), loaded.retriever.embed_docs(ids, mask))
     assert torch.allclose(model.retriever.embed_queries(ids, mask), loaded.retriever.embed_queries(ids, mask))
     positions = torch.tensor([[1, 2]] * 3)
-    assert torch.allclose(model.encoder(ids, mask, torch.zeros_like(ids), positions),
-                          loaded.encoder(ids, mask, torch.zeros_like(ids), positions))
+    assert torch.allclose(
+        model.encoder(ids, mask, torch.zeros_like(ids), positions),
+        loaded.encoder(ids, mask, torch.zeros_like(ids), positions),
+    )

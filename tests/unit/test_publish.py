@@ -50,26 +50,50 @@ def make_run(tmp_path: Path, num_blocks: int) -> tuple[Path, Path, Path]:
     rng = np.random.default_rng(0)
     titles = [rng.integers(5, 45, rng.integers(1, 4)).tolist() for _ in range(num_blocks)]
     bodies = [rng.integers(5, 45, rng.integers(1, 30)).tolist() for _ in range(num_blocks)]
-    features = datasets.Features({
-        "uid": datasets.Value("string"), "doc_id": datasets.Value("string"), "title": datasets.Value("string"),
-        "text": datasets.Value("string"), "title_ids": datasets.List(datasets.Value("int32")),
-        "body_ids": datasets.List(datasets.Value("int32")),
-    })
-    blocks = datasets.Dataset.from_dict({
-        "uid": [f"u{i}" for i in range(num_blocks)], "doc_id": [f"d{i // 3}" for i in range(num_blocks)],
-        "title": [""] * num_blocks, "text": [""] * num_blocks, "title_ids": titles, "body_ids": bodies,
-    }, features=features)
+    features = datasets.Features(
+        {
+            "uid": datasets.Value("string"),
+            "doc_id": datasets.Value("string"),
+            "title": datasets.Value("string"),
+            "text": datasets.Value("string"),
+            "title_ids": datasets.List(datasets.Value("int32")),
+            "body_ids": datasets.List(datasets.Value("int32")),
+        }
+    )
+    blocks = datasets.Dataset.from_dict(
+        {
+            "uid": [f"u{i}" for i in range(num_blocks)],
+            "doc_id": [f"d{i // 3}" for i in range(num_blocks)],
+            "title": [""] * num_blocks,
+            "text": [""] * num_blocks,
+            "title_ids": titles,
+            "body_ids": bodies,
+        },
+        features=features,
+    )
     blocks.save_to_disk(tmp_path / "blocks")
     return tmp_path / "run", tmp_path / "blocks", tokenizer_path
 
 
 def export_tiny(run_dir: Path, step: int, blocks: Path, tokenizer: Path) -> Path:
     torch.manual_seed(step)
-    bert = BertConfig(vocab_size=45, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=64)
+    bert = BertConfig(
+        vocab_size=45,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
     retriever = Retriever.from_config(bert, RetrieverConfig(embed_dim=16, max_block_length=MAX_BLOCK_LENGTH))
-    return rd.export_retriever(run_dir, step, retriever, blocks_path=str(blocks), tokenizer_path=str(tokenizer),
-                               max_block_length=MAX_BLOCK_LENGTH)
+    return rd.export_retriever(
+        run_dir,
+        step,
+        retriever,
+        blocks_path=str(blocks),
+        tokenizer_path=str(tokenizer),
+        max_block_length=MAX_BLOCK_LENGTH,
+    )
 
 
 # ------------------------------------------------------------------------------------------------ generic helpers
@@ -188,8 +212,18 @@ def _wait_for(predicate, timeout_s: float, proc: subprocess.Popen) -> None:
 
 def _start_builder(run_dir: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "index_builder.build", "--config", str(REPO / "configs/index/default.yaml"),
-           "--run_dir", str(run_dir), "--once=true", "--batch_size=1", "--num_threads=1"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "index_builder.build",
+        "--config",
+        str(REPO / "configs/index/default.yaml"),
+        "--run_dir",
+        str(run_dir),
+        "--once=true",
+        "--batch_size=1",
+        "--num_threads=1",
+    ]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 

@@ -53,10 +53,14 @@ def records(rows: list[dict]) -> datasets.Dataset:
 
 
 def test_split_sentences_partitions_text_and_keeps_initials():
-    text = "Evan L. Morris (born 1977) was a lobbyist. He moved to Washington, D.C. in 2005!  \"Yes.\" Then\nmore"
+    text = 'Evan L. Morris (born 1977) was a lobbyist. He moved to Washington, D.C. in 2005!  "Yes." Then\nmore'
     spans = split_sentences(text)
     assert [text[s:e] for s, e in spans] == [
-        "Evan L. Morris (born 1977) was a lobbyist.", "He moved to Washington, D.C. in 2005!", '"Yes."', "Then", "more",
+        "Evan L. Morris (born 1977) was a lobbyist.",
+        "He moved to Washington, D.C. in 2005!",
+        '"Yes."',
+        "Then",
+        "more",
     ]
     # every non-space character is in exactly one span, in order
     assert all(e1 <= s2 for (_, e1), (s2, _) in zip(spans, spans[1:]))
