@@ -26,6 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "blocks": ("realm.tools", "cut a corpus into blocks"),
     "evaluate-mlm": ("trainer.inspect", "held-out masked-fact metrics of a run or checkpoint"),
     "inspect": ("trainer.inspect", "top-k retrieved blocks for a query"),
+    "report": ("trainer.report", "self-contained HTML report of a run from its own logs"),
 }
 
 

@@ -19,7 +19,7 @@ from realm.corpus import CorpusConfig, build_blocks_from_config, load_blocks
 from realm.encoder import KnowledgeAugmentedEncoder
 from realm.evaluation import evaluate_heldout, gold_titles
 from realm.jsonl import iter_field
-from realm.logging import init_logging, set_num_threads
+from realm.logging import MetricsLogger, init_logging, set_num_threads
 from realm.model import RealmModel
 from realm.packing import SpecialIds
 from realm.retrieval import BlockStore
@@ -146,6 +146,11 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
     t = time.perf_counter()
     end = evaluate(trainer.unwrapped)
     stages["eval_end_s"] = time.perf_counter() - t
+    # the before/after evaluations go into the run's metrics too, so `realm report` can plot them
+    metrics = MetricsLogger(run / "metrics.jsonl")
+    metrics.log(start.as_dict(), 0)
+    metrics.log(end.as_dict(), train["step"])
+    metrics.close()
     summary = {
         "heldout_accuracy_retrieval": end.span_accuracy,
         "heldout_accuracy_closed_book": end.closed_book_span_accuracy,
