@@ -56,7 +56,7 @@ def main() -> None:
     )
     encoder = KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer)))
     model = RealmModel(Retriever.from_pretrained(f"{args.run}/ict/retriever"), encoder)
-    optimizer, _ = build_optimizer(model, cfg.optim, args.steps)
+    optimizer, scheduler = build_optimizer(model, cfg.optim, args.steps)
     collator = PretrainCollator(special, cfg.retriever.max_query_length, args.mode, args.seed)
     rng = np.random.default_rng(args.seed)
     num_random = cfg.retriever.num_retrieved - 1
@@ -72,6 +72,7 @@ def main() -> None:
         loss = marginal_mlm_loss(out.retrieval_logits, out.token_log_probs, batch.target_mask)
         loss.backward()
         optimizer.step()
+        scheduler.step()
         optimizer.zero_grad(set_to_none=True)
         mask = batch.target_mask.bool()
         accuracy.append(((out.predictions == batch.target_ids) | ~mask).all(1).float().mean().item())

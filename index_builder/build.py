@@ -11,6 +11,7 @@ only leave an unpublished ``.staging-*`` folder that the next start deletes. One
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import signal
 import sys
@@ -25,9 +26,10 @@ import torch
 from index_builder.embed import BuildCancelled
 from index_builder.publish import build_index_version
 from realm import run_dir as rd
-from realm.config import ConfigError, load_config
+from realm.config import ConfigError, load_config, to_dict
 from realm.index import IndexConfig
 from realm.logging import init_logging
+from realm.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
 
 logger = logging.getLogger(__name__)
 
@@ -56,6 +58,8 @@ class IndexBuilderConfig:
     """Exit once ``RUN/DONE`` exists and the newest export is indexed."""
     index: IndexConfig = field(default_factory=IndexConfig)
     """FAISS index built for each version."""
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Where build metrics go; a builder spawned by the trainer joins the trainer's W&B group."""
 
     def __post_init__(self) -> None:
         if self.poll_interval_s <= 0:
@@ -75,7 +79,7 @@ def current_index_step(run_dir: str) -> int:
     return int(manifest["step"]) if manifest is not None else -1
 
 
-def _build(cfg: IndexBuilderConfig, step: int, path: Path, current: int, stop: threading.Event) -> None:
+def _build(cfg: IndexBuilderConfig, step: int, path: Path, current: int, stop: threading.Event, tracker=None) -> None:
     exports = rd.list_published(rd.retriever_dir(cfg.run_dir), rd.RETRIEVER_PREFIX)
     skipped = [s for s, _ in exports if current < s < step]
     logger.info("building index for retriever step %d (live index: %d; skipping exports %s)", step, current, skipped)
@@ -93,6 +97,26 @@ def _build(cfg: IndexBuilderConfig, step: int, path: Path, current: int, stop: t
     seconds = time.monotonic() - started
     num = rd.read_manifest(version)["num_vectors"]
     logger.info("published %s: %d blocks in %.1f s (%.0f blocks/s)", version.name, num, seconds, num / seconds)
+    log_builder(
+        tracker,
+        {
+            "index/version": step,
+            "index/build_s": seconds,
+            "index/num_vectors": num,
+            "index/blocks_per_s": num / seconds,
+        },
+        step=step,
+    )
+
+
+@contextlib.contextmanager
+def _tracked(cfg: IndexBuilderConfig):
+    """A W&B run in the trainer's group (or None without W&B), finished however the loop ends."""
+    tracker = init_builder_run(cfg.tracking, Path(cfg.run_dir), to_dict(cfg))
+    try:
+        yield tracker
+    finally:
+        finish_builder_run(tracker)
 
 
 def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None) -> int:
@@ -109,7 +133,7 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
         faiss.omp_set_num_threads(cfg.num_threads)
     index_dir = rd.index_dir(cfg.run_dir)
     built, failed_step = 0, None
-    with rd.exclusive_lock(index_dir / LOCK_FILE):
+    with rd.exclusive_lock(index_dir / LOCK_FILE), _tracked(cfg) as tracker:
         for stale in rd.clean_staging(index_dir):
             logger.info("removed stale staging folder %s", stale)
         while not stop.is_set():
@@ -119,7 +143,7 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
             current = current_index_step(cfg.run_dir)
             if latest is not None and latest[0] > current and latest[0] != failed_step:
                 try:
-                    _build(cfg, latest[0], latest[1], current, stop)
+                    _build(cfg, latest[0], latest[1], current, stop, tracker)
                     built += 1
                 except BuildCancelled as err:
                     logger.info("build for step %d cancelled: %s", latest[0], err)

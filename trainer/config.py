@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from realm.marginal import LOSSES
 from realm.model import ModelConfig
 from realm.retriever import RetrieverConfig
+from realm.tracking import TrackingConfig
 from trainer.data import DataConfig
 from trainer.optim import OptimConfig
 from trainer.refresh import RefreshConfig
@@ -73,3 +74,4 @@ class PretrainConfig:
     refresh: RefreshConfig = field(default_factory=RefreshConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)

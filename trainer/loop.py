@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
-from realm.config import save_config
+from realm.config import save_config, to_dict
 from realm.corpus import load_blocks
 from realm.encoder import KnowledgeAugmentedEncoder
 from realm.evaluation import evaluate_heldout, gold_titles
@@ -28,6 +28,13 @@ from realm.packing import SpecialIds
 from realm.retrieval import BlockStore, retrieve
 from realm.retriever import Retriever
 from realm.run_dir import clean_staging, clear_done, export_retriever, latest_retriever_export, mark_done, retriever_dir
+from realm.tracking import (
+    accelerator_kwargs,
+    init_trackers,
+    log_retrieval_table,
+    resolve_run_name,
+    retrieval_rows,
+)
 from realm.vocab import load_tokenizer
 from trainer.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from trainer.config import PretrainConfig
@@ -69,7 +76,7 @@ class Trainer:
     def __init__(self, cfg: PretrainConfig, accelerator: Accelerator | None = None) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.train.run_dir)
-        self.accelerator = accelerator or Accelerator()
+        self.accelerator = accelerator or Accelerator(**accelerator_kwargs(cfg.tracking, self.run_dir))
         set_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.train.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -106,6 +113,7 @@ class Trainer:
         self.metrics = MetricsLogger(
             self.run_dir / "metrics.jsonl" if self.accelerator.is_main_process else None, self.accelerator
         )
+        init_trackers(self.accelerator, cfg.tracking, self.run_dir, to_dict(cfg))
         self.watcher = IndexWatcher(self.run_dir, cfg.refresh.poll_interval_s)
         self.builder: subprocess.Popen | None = None
 
@@ -145,9 +153,20 @@ class Trainer:
             self.cfg.refresh.builder_config,
             f"--run_dir={self.run_dir}",
             f"--num_threads={self.cfg.refresh.builder_num_threads}",
+            *self._builder_tracking_args(),
         ]
         self.builder = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         logger.info("started index builder (pid %d), log in %s", self.builder.pid, self.run_dir / "builder.log")
+
+    def _builder_tracking_args(self) -> list[str]:
+        """The child builder joins this run's W&B group."""
+        t = self.cfg.tracking
+        return [
+            f"--tracking.report_to={t.report_to}",
+            f"--tracking.project={t.project}",
+            f"--tracking.run_name={resolve_run_name(t, self.run_dir)}",
+            f"--tracking.wandb_mode={t.wandb_mode}",
+        ]
 
     def _check_builder_alive(self) -> None:
         """Called only while waiting: a child builder that has exited, even cleanly, will publish nothing more."""
@@ -271,6 +290,8 @@ class Trainer:
             if self.step % cfg.train.log_interval == 0 or self.step == last_step:
                 self.log_window(window, time.perf_counter() - t_window)
                 window, t_window = [], time.perf_counter()
+            if cfg.tracking.is_inspect_due(self.step) and self.accelerator.is_main_process:
+                self.log_retrievals(batch, out.output)
             if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
                 self.evaluate()
             if self.step % cfg.train.save_interval == 0 or self.step == last_step:
@@ -309,6 +330,20 @@ class Trainer:
             self.step - self.index.step,
             plain["time/step_s"],
         )
+
+    def log_retrievals(self, batch, output) -> None:
+        """A table of what each sampled query retrieved, p(z|x), p(y|z,x) (W&B and RUN/retrievals.jsonl)."""
+        rows = retrieval_rows(
+            batch,
+            output,
+            self.store,
+            self.tokenizer,
+            index_version=self.index.step,
+            staleness=max(self.step - self.index.step, 0),
+            step=self.step,
+            max_rows=self.cfg.tracking.num_inspect_rows,
+        )
+        log_retrieval_table(self.accelerator, rows, self.step, self.run_dir)
 
     def evaluate(self) -> dict:
         """Held-out evaluation on the live index (main process; small by construction)."""
@@ -349,6 +384,7 @@ class Trainer:
         """Stops the watcher and the child builder; marks the run done so a standalone builder exits."""
         self.watcher.close()
         self.metrics.close()
+        self.accelerator.end_training()  # finishes trackers (writes the offline W&B run)
         if self.accelerator.is_main_process:
             mark_done(self.run_dir)
         if self.builder is not None and self.builder.poll() is None:

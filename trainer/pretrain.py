@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from accelerate import Accelerator
 
 from realm.config import load_config
 from realm.logging import init_logging
+from realm.tracking import accelerator_kwargs
 from trainer.config import PretrainConfig
 from trainer.loop import Trainer
 
@@ -17,9 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="realm train", description="REALM pre-training (the trainer process).")
     parser.add_argument("--config", required=True, help="YAML file of a PretrainConfig")
     args, overrides = parser.parse_known_args(argv)
-    accelerator = Accelerator()
-    init_logging(accelerator.is_main_process)
     cfg = load_config(PretrainConfig, args.config, overrides)
+    accelerator = Accelerator(**accelerator_kwargs(cfg.tracking, Path(cfg.train.run_dir)))
+    init_logging(accelerator.is_main_process)
     trainer = Trainer(cfg, accelerator)
     try:
         summary = trainer.run()

@@ -19,6 +19,8 @@ class StepOutput:
     loss: Tensor
     metrics: dict[str, Tensor]
     """Detached scalar tensors; the loop calls ``.item()`` only when it logs."""
+    output: RealmOutput | None = None
+    """The model's output, for the loop's retrieval tables."""
 
 
 def prediction_metrics(output: RealmOutput, batch: RealmBatch) -> dict[str, Tensor]:
@@ -41,4 +43,4 @@ def train_step(model: RealmModel, batch: RealmBatch, loss_fn: LossFn) -> StepOut
         **retrieval_metrics(output.retrieval_logits, output.token_log_probs, batch.target_mask),
         **prediction_metrics(output, batch),
     }
-    return StepOutput(loss=loss, metrics=metrics)
+    return StepOutput(loss=loss, metrics=metrics, output=output)

@@ -54,6 +54,10 @@ def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, 
     assert manifest["num_vectors"] > 0 and manifest["dim"] == 16
     losses = _losses(run)
     assert sorted(losses) == [2, 4, 6] and all(math.isfinite(v) for v in losses.values())
+    tables = [json.loads(line) for line in (run / "retrievals.jsonl").read_text().splitlines()]
+    assert sorted({row["step"] for row in tables}) == [2, 4, 6] and len(tables) == 12  # 4 sampled queries a step
+    assert all(len(row["slots"]) == 4 and row["slots"][0]["title"] == "(null document)" for row in tables)
+    assert all(abs(sum(slot["p_z"] for slot in row["slots"]) - 1) < 1e-4 for row in tables)
 
     # resume to 8 steps: exactly 2 more, from the newest complete checkpoint
     proc = run_module(

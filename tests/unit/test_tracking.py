@@ -1,4 +1,4 @@
-"""Tracking: config validation, W&B mode/env resolution, retrieval-table rows, and one offline W&B run via accelerate."""
+"""Tracking: config checks, W&B mode and dirs, retrieval-table rows, and an offline W&B run through accelerate."""
 
 import json
 import math
@@ -23,9 +23,11 @@ from realm.tracking import (
     configure_wandb_env,
     contains_answer,
     flatten_config,
+    finish_builder_run,
     flatten_row,
     init_builder_run,
     init_trackers,
+    log_builder,
     log_retrieval_table,
     resolve_wandb_mode,
     retrieval_rows,
@@ -253,6 +255,11 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
         assert run.group == "tiny" and run.name == "tiny"
         accelerator.log({"train/loss": 1.0}, step=6)
         log_retrieval_table(accelerator, rows, step=6, run_dir=run_dir)
+        accelerator.end_training()
+        builder = init_builder_run(cfg, run_dir)  # what the index builder process does
+        assert builder.group == "tiny" and builder.job_type == "index_builder" and builder.settings.mode == "offline"
+        log_builder(builder, {"index/build_s": 1.5}, step=4)
+        finish_builder_run(builder)
     finally:
         accelerator.end_training()
         import wandb
@@ -260,7 +267,9 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
         wandb.teardown()
 
     assert attempts == []
-    (offline,) = (run_dir / "wandb").glob("offline-run-*")
+    offline_runs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    assert len(offline_runs) == 2
+    (offline,) = [r for r in offline_runs if (r / "files" / "media").exists()]
     tables = list((offline / "files" / "media" / "table").rglob("*.table.json"))
     assert len(tables) == 1
     table = json.loads(tables[0].read_text())
