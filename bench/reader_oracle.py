@@ -5,6 +5,7 @@ is copying the masked fact from the block. This bounds what pre-training can rea
 the encoder cannot read an oracle block, no retriever will make it predict held-out facts.
 
     python bench/reader_oracle.py RUN --steps 700            # RUN = a `realm demo` output folder
+    python bench/reader_oracle.py RUN --steps 400 --model.num_layers=4 --optim.lr=5e-4   # other encoder settings
 
 Prints the loss and whole-span accuracy (moving average over 50 steps) every 50 steps. No assertions.
 """
@@ -42,9 +43,9 @@ def main() -> None:
         "--mode", default="salient", choices=["salient", "gold"], help="mask a salient span or the fact"
     )
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    args, overrides = parser.parse_known_args()
     torch.manual_seed(args.seed)
-    cfg = load_config(PretrainConfig, f"{args.run}/config.yaml")
+    cfg = load_config(PretrainConfig, f"{args.run}/config.yaml", overrides)  # e.g. --model.num_layers=4
     tokenizer = load_tokenizer(cfg.data.tokenizer)
     special = SpecialIds.of(tokenizer)
     blocks = load_blocks(cfg.data.blocks)

@@ -59,7 +59,8 @@ def prepared_sentences(
     if (target / "realm_source.txt").is_file() and (target / "realm_source.txt").read_text() == stamp:
         return datasets.load_from_disk(str(target))
     tagger = build_tagger(tagger_cfg) if tagger_cfg else None
-    ds = prepare_sentences(load_jsonl_dataset(path), tokenizer, tagger, max_query_length)
+    # note: the json builder cache goes under the run too, not under ~/.cache
+    ds = prepare_sentences(load_jsonl_dataset(path, cache_dir=cache_dir / "hf"), tokenizer, tagger, max_query_length)
     ds.save_to_disk(str(target))
     (target / "realm_source.txt").write_text(stamp)
     return datasets.load_from_disk(str(target))
