@@ -277,3 +277,27 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
     assert len(table["data"]) == len(rows)
     assert len((run_dir / RETRIEVALS_FILE).read_text().splitlines()) == len(rows)
     assert _files_under(home) == [] and _files_under(cwd) == []
+
+
+def test_tensorboard_tracker_writes_logged_scalars_under_the_run_dir(tmp_path):
+    pytest.importorskip("tensorboard")
+    from accelerate import Accelerator
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from realm.tracking import TrackingConfig, accelerator_kwargs, init_trackers
+
+    cfg = TrackingConfig(report_to="tensorboard", project="realm-test")
+    accelerator = Accelerator(**accelerator_kwargs(cfg, tmp_path))
+    init_trackers(accelerator, cfg, tmp_path, {"optim": {"lr": 0.001}})
+    for step, loss in enumerate([3.0, 2.5, 2.0], start=1):
+        accelerator.log({"train/loss": loss}, step=step)
+    accelerator.end_training()
+    event_files = list(tmp_path.rglob("events.out.tfevents.*"))
+    assert event_files and all(tmp_path in f.parents for f in event_files)
+    scalars = []
+    for f in event_files:
+        events = EventAccumulator(str(f))
+        events.Reload()
+        if "train/loss" in events.Tags()["scalars"]:
+            scalars = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    assert scalars == [(1, 3.0), (2, 2.5), (3, 2.0)]
