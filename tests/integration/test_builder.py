@@ -10,16 +10,16 @@ import datasets
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer, BertConfig, BertTokenizer
+from transformers import AutoTokenizer
 
 from index_builder.build import IndexBuilderConfig, main, run_builder
 from realm import run_dir as rd
 from realm.index import BruteForceIndex
 from realm.packing import SpecialIds, block_batch
-from realm.retriever import Retriever, RetrieverConfig
+from realm.retriever import Retriever
+from tests.tiny_run import MAX_BLOCK_LENGTH, export_tiny, make_run
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_BLOCK_LENGTH = 24
 NUM_BLOCKS = 60
 
 pytestmark = pytest.mark.slow
@@ -28,49 +28,11 @@ pytestmark = pytest.mark.slow
 @pytest.fixture()
 def run(tmp_path) -> tuple[Path, Path, Path]:
     """(run_dir, blocks_path, tokenizer_path): a 40-word vocab and random tiny blocks."""
-    words = [f"w{i}" for i in range(40)]
-    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
-    BertTokenizer(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tmp_path / "tokenizer")
-    rng = np.random.default_rng(0)
-    blocks = datasets.Dataset.from_dict(
-        {
-            "uid": [f"u{i}" for i in range(NUM_BLOCKS)],
-            "doc_id": [f"d{i // 3}" for i in range(NUM_BLOCKS)],
-            "title": [""] * NUM_BLOCKS,
-            "text": [""] * NUM_BLOCKS,
-            "title_ids": [rng.integers(5, 45, rng.integers(1, 4)).tolist() for _ in range(NUM_BLOCKS)],
-            "body_ids": [rng.integers(5, 45, rng.integers(1, 40)).tolist() for _ in range(NUM_BLOCKS)],
-        },
-        features=datasets.Features(
-            {
-                "uid": datasets.Value("string"),
-                "doc_id": datasets.Value("string"),
-                "title": datasets.Value("string"),
-                "text": datasets.Value("string"),
-                "title_ids": datasets.List(datasets.Value("int32")),
-                "body_ids": datasets.List(datasets.Value("int32")),
-            }
-        ),
-    )
-    blocks.save_to_disk(tmp_path / "blocks")
-    return tmp_path / "run", tmp_path / "blocks", tmp_path / "tokenizer"
+    return make_run(tmp_path, NUM_BLOCKS, max_body=40)
 
 
 def export(run: tuple[Path, Path, Path], step: int) -> Retriever:
-    torch.manual_seed(step)
-    bert = BertConfig(
-        vocab_size=45,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    retriever = Retriever.from_config(bert, RetrieverConfig(embed_dim=16, max_block_length=MAX_BLOCK_LENGTH))
-    rd.export_retriever(
-        run[0], step, retriever, blocks_path=str(run[1]), tokenizer_path=str(run[2]), max_block_length=MAX_BLOCK_LENGTH
-    )
-    return retriever
+    return export_tiny(run[0], step, run[1], run[2])
 
 
 def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(run):

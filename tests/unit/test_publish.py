@@ -10,20 +10,17 @@ import threading
 import time
 from pathlib import Path
 
-import datasets
 import numpy as np
 import pytest
 import torch
-from transformers import BertConfig, BertTokenizer
 
 from index_builder.build import IndexBuilderConfig, run_builder
 from index_builder.publish import publish_embeddings
 from realm import run_dir as rd
 from realm.index import BruteForceIndex, IndexConfig
-from realm.retriever import Retriever, RetrieverConfig
+from tests.tiny_run import export_tiny, make_run
 
 REPO = Path(__file__).resolve().parents[2]
-MAX_BLOCK_LENGTH = 24
 
 
 # ------------------------------------------------------------------------------------------------ fixtures
@@ -39,61 +36,6 @@ def publish_random(run_dir: Path, step: int, *, num: int = 30, dim: int = 8, mak
     if make_current:
         rd.set_current_index(run_dir, version)
     return version
-
-
-def make_run(tmp_path: Path, num_blocks: int) -> tuple[Path, Path, Path]:
-    """(run_dir, blocks_path, tokenizer_path) with a 40-word vocab and random tiny blocks."""
-    words = [f"w{i}" for i in range(40)]
-    (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
-    tokenizer_path = tmp_path / "tokenizer"
-    BertTokenizer(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tokenizer_path)
-    rng = np.random.default_rng(0)
-    titles = [rng.integers(5, 45, rng.integers(1, 4)).tolist() for _ in range(num_blocks)]
-    bodies = [rng.integers(5, 45, rng.integers(1, 30)).tolist() for _ in range(num_blocks)]
-    features = datasets.Features(
-        {
-            "uid": datasets.Value("string"),
-            "doc_id": datasets.Value("string"),
-            "title": datasets.Value("string"),
-            "text": datasets.Value("string"),
-            "title_ids": datasets.List(datasets.Value("int32")),
-            "body_ids": datasets.List(datasets.Value("int32")),
-        }
-    )
-    blocks = datasets.Dataset.from_dict(
-        {
-            "uid": [f"u{i}" for i in range(num_blocks)],
-            "doc_id": [f"d{i // 3}" for i in range(num_blocks)],
-            "title": [""] * num_blocks,
-            "text": [""] * num_blocks,
-            "title_ids": titles,
-            "body_ids": bodies,
-        },
-        features=features,
-    )
-    blocks.save_to_disk(tmp_path / "blocks")
-    return tmp_path / "run", tmp_path / "blocks", tokenizer_path
-
-
-def export_tiny(run_dir: Path, step: int, blocks: Path, tokenizer: Path) -> Path:
-    torch.manual_seed(step)
-    bert = BertConfig(
-        vocab_size=45,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-    )
-    retriever = Retriever.from_config(bert, RetrieverConfig(embed_dim=16, max_block_length=MAX_BLOCK_LENGTH))
-    return rd.export_retriever(
-        run_dir,
-        step,
-        retriever,
-        blocks_path=str(blocks),
-        tokenizer_path=str(tokenizer),
-        max_block_length=MAX_BLOCK_LENGTH,
-    )
 
 
 # ------------------------------------------------------------------------------------------------ generic helpers

@@ -22,8 +22,8 @@ from realm.tracking import (
     accelerator_kwargs,
     configure_wandb_env,
     contains_answer,
-    flatten_config,
     finish_builder_run,
+    flatten_config,
     flatten_row,
     init_builder_run,
     init_trackers,
@@ -52,14 +52,18 @@ def tokenizer(tmp_path_factory):
 @pytest.fixture(scope="module")
 def store(tokenizer):
     enc = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    return BlockStore(datasets.Dataset.from_dict({
-        "uid": [f"{i:040x}" for i in range(1, len(BLOCKS) + 1)],
-        "doc_id": [str(i) for i in range(len(BLOCKS))],
-        "title": [t for t, _ in BLOCKS],
-        "text": [x for _, x in BLOCKS],
-        "title_ids": [enc(t) for t, _ in BLOCKS],
-        "body_ids": [enc(x) for _, x in BLOCKS],
-    }))
+    return BlockStore(
+        datasets.Dataset.from_dict(
+            {
+                "uid": [f"{i:040x}" for i in range(1, len(BLOCKS) + 1)],
+                "doc_id": [str(i) for i in range(len(BLOCKS))],
+                "title": [t for t, _ in BLOCKS],
+                "text": [x for _, x in BLOCKS],
+                "title_ids": [enc(t) for t, _ in BLOCKS],
+                "body_ids": [enc(x) for _, x in BLOCKS],
+            }
+        )
+    )
 
 
 def _sublist_start(seq, sub):
@@ -108,8 +112,13 @@ def rows(batch_and_output, store, tokenizer):
 
 def test_config_validation():
     TrackingConfig(report_to="all", wandb_mode="offline", inspect_interval=5)
-    for bad in ({"report_to": "comet"}, {"wandb_mode": "dryrun"}, {"inspect_interval": -1}, {"num_inspect_rows": 0},
-                {"project": " "}):
+    for bad in (
+        {"report_to": "comet"},
+        {"wandb_mode": "dryrun"},
+        {"inspect_interval": -1},
+        {"num_inspect_rows": 0},
+        {"project": " "},
+    ):
         with pytest.raises(ValueError):
             TrackingConfig(**bad)
     cfg = TrackingConfig(inspect_interval=5)
@@ -136,8 +145,14 @@ def test_auto_mode_is_offline_without_credentials(monkeypatch, tmp_path):
 
 
 def test_wandb_dirs_go_under_the_run_dir_unless_the_user_set_them(monkeypatch, tmp_path):
-    for name in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR",
-                 "REALM_WANDB_ENV_OWNED"):
+    for name in (
+        "WANDB_DIR",
+        "WANDB_CACHE_DIR",
+        "WANDB_DATA_DIR",
+        "WANDB_CONFIG_DIR",
+        "WANDB_ARTIFACT_DIR",
+        "REALM_WANDB_ENV_OWNED",
+    ):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "mine"))
     first = configure_wandb_env(tmp_path / "run1")
@@ -151,7 +166,9 @@ def test_wandb_dirs_go_under_the_run_dir_unless_the_user_set_them(monkeypatch, t
 
 def test_flatten_config_uses_dotted_keys():
     assert flatten_config({"optim": {"lr": 1e-4, "betas": [0.9, 0.99]}, "seed": 0}) == {
-        "optim.lr": 1e-4, "optim.betas": "[0.9, 0.99]", "seed": 0,
+        "optim.lr": 1e-4,
+        "optim.betas": "[0.9, 0.99]",
+        "seed": 0,
     }
 
 
@@ -223,12 +240,23 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
     for name in list(os.environ):
         if name.startswith("WANDB_") or name in ("REALM_WANDB_ENV_OWNED", "NETRC"):
             monkeypatch.delenv(name)
-    for name in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR",
-                 "REALM_WANDB_ENV_OWNED"):
+    for name in (
+        "WANDB_DIR",
+        "WANDB_CACHE_DIR",
+        "WANDB_DATA_DIR",
+        "WANDB_CONFIG_DIR",
+        "WANDB_ARTIFACT_DIR",
+        "REALM_WANDB_ENV_OWNED",
+    ):
         monkeypatch.delenv(name, raising=False)  # registers their removal at teardown (set by the code under test)
     home = tmp_path / "home"
-    for sub, var in ((".", "HOME"), ("cache", "XDG_CACHE_HOME"), ("config", "XDG_CONFIG_HOME"),
-                     ("data", "XDG_DATA_HOME"), ("state", "XDG_STATE_HOME")):
+    for sub, var in (
+        (".", "HOME"),
+        ("cache", "XDG_CACHE_HOME"),
+        ("config", "XDG_CONFIG_HOME"),
+        ("data", "XDG_DATA_HOME"),
+        ("state", "XDG_STATE_HOME"),
+    ):
         (home / sub).mkdir(parents=True, exist_ok=True)
         monkeypatch.setenv(var, str(home / sub))
     cwd = tmp_path / "cwd"
