@@ -215,9 +215,7 @@ class RealmStep:
             self.index,
             self.store,
             SPECIAL,
-            num_retrieved=self.cfg.num_retrieved,
-            num_extra=self.cfg.num_extra_retrieved,
-            max_block_length=self.cfg.max_block_length,
+            self.cfg,
         )
         batch = batch.to(device)
         t2 = _now(device)

@@ -122,9 +122,7 @@ def evaluate_heldout(
             index,
             store,
             special,
-            num_retrieved=cfg.num_retrieved,
-            num_extra=cfg.num_extra_retrieved,
-            max_block_length=cfg.max_block_length,
+            cfg,
         ).to(device)
         out = model(batch)
         mask = batch.target_mask.bool()

@@ -17,6 +17,7 @@ from torch import Tensor
 from realm.batch import Candidates, RealmBatch
 from realm.index import DocumentIndex
 from realm.packing import SpecialIds, block_batch, pack_pair, pad
+from realm.retriever import RetrieverConfig
 
 
 def uid_hash(uid: str) -> int:
@@ -130,13 +131,13 @@ def retrieve(
     index: DocumentIndex,
     store: BlockStore,
     special: SpecialIds,
-    *,
-    num_retrieved: int,
-    num_extra: int,
-    max_block_length: int,
+    cfg: RetrieverConfig,
 ) -> RealmBatch:
-    """Searches ``index`` with [B, D] query embeddings and returns ``batch`` with its candidates attached."""
-    _, ids = index.search(query_embeddings.detach().float().cpu(), num_retrieved + num_extra)
-    chosen = select_candidates(ids, batch.source_uid_hashes, store.uid_hashes, num_retrieved)
-    batch.candidates = build_candidates(batch, chosen, store, special, max_block_length)
+    """Searches ``index`` with [B, D] query embeddings and returns ``batch`` with its K candidate slots attached.
+
+    Over-retrieves ``cfg.num_extra_retrieved`` blocks so the slots stay full after the trivial-retrieval filter.
+    """
+    _, ids = index.search(query_embeddings.detach().float().cpu(), cfg.num_retrieved + cfg.num_extra_retrieved)
+    chosen = select_candidates(ids, batch.source_uid_hashes, store.uid_hashes, cfg.num_retrieved)
+    batch.candidates = build_candidates(batch, chosen, store, special, cfg.max_block_length)
     return batch

@@ -219,7 +219,8 @@ def init_builder_run(cfg: TrackingConfig, run_dir: str | Path, config: Mapping[s
     import wandb
 
     return wandb.init(
-        project=cfg.project, config=flatten_config(config) if config else None,
+        project=cfg.project,
+        config=flatten_config(config) if config else None,
         **wandb_init_kwargs(cfg, run_dir, job_type="index_builder"),
     )
 
@@ -258,7 +259,14 @@ def _decode(tokenizer: Any, ids: list[int]) -> str:
 
 @torch.no_grad()
 def retrieval_rows(
-    batch: Any, output: Any, store: Any, tokenizer: Any, *, index_version: int, staleness: int, step: int,
+    batch: Any,
+    output: Any,
+    store: Any,
+    tokenizer: Any,
+    *,
+    index_version: int,
+    staleness: int,
+    step: int,
     max_rows: int,
 ) -> list[dict[str, Any]]:
     """One row per query (the first ``max_rows`` of ``batch``) describing what was retrieved and how it was used.
@@ -312,26 +320,30 @@ def retrieval_rows(
                 title, text = EMPTY_TITLE, ""
             else:
                 title, text = texts[block]
-            slots.append({
-                "block_id": int(block),
-                "title": title,
-                "snippet": text[:SNIPPET_CHARS],
-                "p_z": float(p_z[b, k]),
-                "p_y": float(torch.exp(log_p_y[b, k])),
-                "has_gold": k > 0 and block >= 0 and contains_answer(text, gold),
-            })
-        rows.append({
-            "step": int(step),
-            "index_version": int(index_version),
-            "staleness": int(staleness),
-            "example_id": int(example_ids[b]),
-            "query": _decode(tokenizer, query),
-            "gold": gold,
-            "prediction": prediction,
-            "closed_book": _decode(tokenizer, closed_book[b][tmask].tolist()),
-            "correct": bool(torch.equal(predictions[b][tmask], targets[b][tmask])),
-            "slots": slots,
-        })
+            slots.append(
+                {
+                    "block_id": int(block),
+                    "title": title,
+                    "snippet": text[:SNIPPET_CHARS],
+                    "p_z": float(p_z[b, k]),
+                    "p_y": float(torch.exp(log_p_y[b, k])),
+                    "has_gold": k > 0 and block >= 0 and contains_answer(text, gold),
+                }
+            )
+        rows.append(
+            {
+                "step": int(step),
+                "index_version": int(index_version),
+                "staleness": int(staleness),
+                "example_id": int(example_ids[b]),
+                "query": _decode(tokenizer, query),
+                "gold": gold,
+                "prediction": prediction,
+                "closed_book": _decode(tokenizer, closed_book[b][tmask].tolist()),
+                "correct": bool(torch.equal(predictions[b][tmask], targets[b][tmask])),
+                "slots": slots,
+            }
+        )
     return rows
 
 

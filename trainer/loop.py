@@ -269,9 +269,7 @@ class Trainer:
                 self.index,
                 self.store,
                 self.special,
-                num_retrieved=cfg.retriever.num_retrieved,
-                num_extra=cfg.retriever.num_extra_retrieved,
-                max_block_length=cfg.retriever.max_block_length,
+                cfg.retriever,
             ).to(self.accelerator.device)
             retrieve_s = time.perf_counter() - t0
             out = train_step(self.model, batch, self.loss_fn)

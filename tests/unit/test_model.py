@@ -111,9 +111,7 @@ def test_gradients_reach_both_embedders_and_the_encoder(shared):
     index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store, SPECIAL, 16))
     from realm.retrieval import retrieve
 
-    batch = retrieve(
-        model.embed_queries(batch), batch, index, store, SPECIAL, num_retrieved=3, num_extra=1, max_block_length=16
-    )
+    batch = retrieve(model.embed_queries(batch), batch, index, store, SPECIAL, cfg)
     assert not (batch.candidates.block_ids[:2, 1:] == torch.tensor([[0], [1]])).any()  # own source filtered
     out = model(batch)
     assert out.retrieval_logits.shape == (3, 4)
