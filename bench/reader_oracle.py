@@ -19,8 +19,8 @@ import numpy as np
 import torch
 
 from realm.batch import PretrainCollator
+from realm.blocks import load_blocks
 from realm.config import load_config
-from realm.corpus import load_blocks
 from realm.encoder import KnowledgeAugmentedEncoder
 from realm.jsonl import iter_field
 from realm.marginal import marginal_mlm_loss

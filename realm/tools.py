@@ -115,7 +115,8 @@ def main_vocab(argv: list[str]) -> int:
 
 def main_blocks(argv: list[str]) -> int:
     """``realm blocks``: reads a corpus (jsonl, DPR tsv, HF dataset), cuts it into blocks and saves them."""
-    from realm.corpus import CorpusConfig, build_blocks_from_config
+    from realm.blocks import build_blocks_from_config
+    from realm.corpus import CorpusConfig
     from realm.vocab import load_tokenizer
 
     parser = argparse.ArgumentParser(

@@ -10,7 +10,7 @@ import torch
 from transformers import BertConfig, BertTokenizer
 
 from realm import run_dir as rd
-from realm.corpus import BLOCK_FEATURES
+from realm.blocks import BLOCK_FEATURES
 from realm.retriever import Retriever, RetrieverConfig
 
 MAX_BLOCK_LENGTH = 24

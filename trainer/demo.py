@@ -14,8 +14,9 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
+from realm.blocks import build_blocks_from_config, load_blocks
 from realm.config import load_config
-from realm.corpus import CorpusConfig, build_blocks_from_config, load_blocks
+from realm.corpus import CorpusConfig
 from realm.encoder import KnowledgeAugmentedEncoder
 from realm.evaluation import evaluate_heldout, gold_titles
 from realm.jsonl import iter_field

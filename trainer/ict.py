@@ -17,8 +17,8 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
+from realm.blocks import load_blocks
 from realm.config import load_config, save_config
-from realm.corpus import load_blocks
 from realm.ict import ICTCollator, ict_loss
 from realm.logging import MetricsLogger, init_logging, set_num_threads
 from realm.model import ModelConfig

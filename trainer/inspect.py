@@ -21,8 +21,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from realm import run_dir as rd
+from realm.blocks import load_blocks
 from realm.config import ConfigError, load_config
-from realm.corpus import load_blocks
 from realm.evaluation import embed_corpus, evaluate_heldout, gold_titles
 from realm.index import BruteForceIndex, DocumentIndex
 from realm.jsonl import DataFileError

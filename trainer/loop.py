@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from accelerate import Accelerator
 
+from realm.blocks import load_blocks
 from realm.config import save_config, to_dict
-from realm.corpus import load_blocks
 from realm.encoder import KnowledgeAugmentedEncoder
 from realm.evaluation import evaluate_heldout, gold_titles
 from realm.logging import MetricsLogger, progress, set_num_threads

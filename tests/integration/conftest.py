@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from realm.corpus import CorpusConfig, build_blocks_from_config
+from realm.blocks import build_blocks_from_config
+from realm.corpus import CorpusConfig
 from realm.jsonl import iter_field
 from realm.vocab import train_wordpiece
 from realm.world import WorldConfig, generate_world, write_world

@@ -121,7 +121,7 @@ def test_vocab_reports_a_missing_input_file(tmp_path, capsys):
 
 
 def test_blocks_cuts_a_jsonl_corpus_and_reports_counts(tmp_path, capsys, tokenizer_dir):
-    from realm.corpus import load_blocks
+    from realm.blocks import load_blocks
 
     corpus = write_jsonl(tmp_path / "docs.jsonl", DOCS)
     argv = [
@@ -208,8 +208,8 @@ def tiny_run(tmp_path_factory) -> Path:
 
     from index_builder.publish import publish_embeddings
     from realm import run_dir as rd
+    from realm.blocks import load_blocks
     from realm.config import load_config
-    from realm.corpus import load_blocks
     from realm.evaluation import embed_corpus
     from realm.index import IndexConfig
     from realm.model import RealmModel

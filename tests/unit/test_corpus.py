@@ -10,22 +10,24 @@ from pathlib import Path
 import datasets
 import pytest
 
-from realm.corpus import (
+from realm.blocks import (
     BLOCK_FEATURES,
-    CorpusConfig,
-    CorpusError,
-    CorpusStats,
-    Document,
     block_uid,
     build_blocks,
     build_blocks_from_config,
     cut_body,
     load_blocks,
+    save_blocks,
+)
+from realm.corpus import (
+    CorpusConfig,
+    CorpusError,
+    CorpusStats,
+    Document,
     read_documents,
     read_dpr_tsv,
     read_hf,
     read_jsonl,
-    save_blocks,
 )
 from realm.vocab import train_wordpiece
 
