@@ -23,10 +23,10 @@ from pathlib import Path
 import faiss
 import torch
 
-from index_builder.embed import BuildCancelled
 from index_builder.publish import build_index_version
 from realm import run_dir as rd
 from realm.config import ConfigError, load_config, to_dict
+from realm.embedding import BuildCancelled
 from realm.index import IndexConfig
 from realm.logging import init_logging
 from realm.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder

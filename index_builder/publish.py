@@ -17,8 +17,8 @@ import datasets
 import numpy as np
 from transformers import AutoTokenizer
 
-from index_builder.embed import embed_blocks
 from realm import run_dir as rd
+from realm.embedding import embed_blocks
 from realm.index import FaissIndex, IndexConfig
 from realm.packing import SpecialIds
 from realm.retriever import Retriever

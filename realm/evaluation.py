@@ -10,14 +10,16 @@ from dataclasses import dataclass
 from typing import Iterator, Sequence
 
 import datasets
+import numpy as np
 import torch
 
 from realm.batch import PretrainCollator, RealmBatch
+from realm.embedding import embed_blocks
 from realm.index import BruteForceIndex, DocumentIndex
 from realm.jsonl import DataFileError, iter_field
 from realm.logging import progress
 from realm.model import RealmModel
-from realm.packing import SpecialIds, block_batch
+from realm.packing import SpecialIds
 from realm.retrieval import BlockStore, retrieve, uid_hash
 from realm.retriever import Embedder, RetrieverConfig
 
@@ -53,21 +55,13 @@ def heldout_batches(
         yield collator(examples)
 
 
-@torch.inference_mode()
 def embed_corpus(
-    embedder: Embedder, store: BlockStore, special: SpecialIds, max_block_length: int, batch_size: int = 128
+    embedder: Embedder, blocks: datasets.Dataset, special: SpecialIds, max_block_length: int, batch_size: int = 128
 ) -> torch.Tensor:
-    """[N, D] embeddings of every block, in-process (for evaluation on small corpora; the builder does it at scale)."""
-    out = []
-    was_training = embedder.training
-    embedder.eval()
-    for start in range(0, len(store), batch_size):
-        titles, bodies = store.tokens(range(start, min(start + batch_size, len(store))))
-        inputs = block_batch(titles, bodies, special, max_block_length)
-        device = next(embedder.parameters()).device
-        out.append(embedder(**{k: v.to(device) for k, v in inputs.items()}).float().cpu())
-    embedder.train(was_training)
-    return torch.cat(out) if out else torch.empty(0)
+    """[N, D] embeddings of every block, in-process (evaluation and inspection; the builder does it at scale)."""
+    out = np.empty((len(blocks), embedder.projection.out_features), dtype=np.float32)
+    embed_blocks(embedder, blocks, special, max_block_length, batch_size, out)
+    return torch.from_numpy(out)
 
 
 def gold_block_ids(store: BlockStore, titles: Sequence[str]) -> list[set[int]]:
@@ -106,7 +100,7 @@ def evaluate_heldout(
     model.eval()
     device = next(model.parameters()).device
     if index is None:
-        index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store, special, cfg.max_block_length))
+        index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, special, cfg.max_block_length))
     if max_examples is not None:
         rows = rows.select(range(min(max_examples, len(rows))))
         gold_titles = list(gold_titles)[: len(rows)] if gold_titles is not None else None

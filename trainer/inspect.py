@@ -257,7 +257,10 @@ def embed_query(loaded: LoadedRun, text: str) -> torch.Tensor:
 def _open_index(loaded: LoadedRun, which: str) -> tuple[DocumentIndex, str]:
     if which == "exact":
         embeddings = embed_corpus(
-            loaded.model.retriever.doc_embedder, loaded.store, loaded.special, loaded.cfg.retriever.max_block_length
+            loaded.model.retriever.doc_embedder,
+            loaded.store.blocks,
+            loaded.special,
+            loaded.cfg.retriever.max_block_length,
         )
         return (
             BruteForceIndex(embeddings),

@@ -214,7 +214,6 @@ def tiny_run(tmp_path_factory) -> Path:
     from realm.index import IndexConfig
     from realm.model import RealmModel
     from realm.packing import SpecialIds
-    from realm.retrieval import BlockStore
     from realm.vocab import load_tokenizer
 
     root = tmp_path_factory.mktemp("tiny-run")
@@ -280,8 +279,7 @@ def tiny_run(tmp_path_factory) -> Path:
     (staging / "trainer_state.json").write_text(json.dumps({"step": 6}))
     rd.publish_folder(staging, rd.checkpoints_dir(run) / "step-00000006", {"step": 6, "kind": "checkpoint"})
 
-    store = BlockStore(load_blocks(root / "blocks"))
-    embeddings = embed_corpus(model.retriever.doc_embedder, store, SpecialIds.of(tokenizer), 48)
+    embeddings = embed_corpus(model.retriever.doc_embedder, load_blocks(root / "blocks"), SpecialIds.of(tokenizer), 48)
     staging = rd.new_staging(rd.index_dir(run))
     np.save(staging / rd.EMBEDDINGS_FILE, embeddings.numpy())
     version = publish_embeddings(

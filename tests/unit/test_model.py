@@ -1,42 +1,40 @@
 """Candidates (null slot, source filter) and the model's forward: gradients reach both towers and the encoder."""
 
+import datasets
 import numpy as np
 import pytest
 import torch
 from transformers import BertConfig
 
 from realm.batch import PretrainCollator
+from realm.blocks import BLOCK_FEATURES
 from realm.index import BruteForceIndex
 from realm.marginal import marginal_mlm_loss
 from realm.model import RealmModel
 from realm.packing import SpecialIds
-from realm.retrieval import build_candidates, select_candidates, uid_hash
+from realm.retrieval import BlockStore, build_candidates, select_candidates, uid_hash
 from realm.retriever import RetrieverConfig
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 VOCAB = 40
 
 
-class _Store:
-    """A BlockStore stand-in over in-memory token lists."""
-
-    def __init__(self, titles, bodies, uids):
-        self.titles, self.bodies = titles, bodies
-        self.uid_hashes = np.array([uid_hash(u) for u in uids], dtype=np.int64)
-
-    def __len__(self):
-        return len(self.titles)
-
-    def tokens(self, ids):
-        return [self.titles[i] for i in ids], [self.bodies[i] for i in ids]
-
-
 def _store(n=12, seed=0):
+    """A real BlockStore over ``n`` random blocks."""
     rng = np.random.default_rng(seed)
-    titles = [rng.integers(5, VOCAB, 2).tolist() for _ in range(n)]
-    bodies = [rng.integers(5, VOCAB, int(rng.integers(3, 9))).tolist() for _ in range(n)]
     uids = [f"{i:040x}" for i in range(1, n + 1)]
-    return _Store(titles, bodies, uids), uids
+    blocks = datasets.Dataset.from_dict(
+        {
+            "uid": uids,
+            "doc_id": [f"d{i}" for i in range(n)],
+            "title": [""] * n,
+            "text": [""] * n,
+            "title_ids": [rng.integers(5, VOCAB, 2).tolist() for _ in range(n)],
+            "body_ids": [rng.integers(5, VOCAB, int(rng.integers(3, 9))).tolist() for _ in range(n)],
+        },
+        features=BLOCK_FEATURES,
+    )
+    return BlockStore(blocks), uids
 
 
 def _batch(source_uids, seed=0):
@@ -79,7 +77,7 @@ def test_null_document_is_in_slot_zero_with_an_empty_body():
     null_reader = cand.reader_input_ids[0, 0][cand.reader_attention_mask[0, 0].bool()].tolist()
     assert null_reader == query + [SPECIAL.sep]  # [CLS] q [SEP] [SEP]: empty body
     full = cand.reader_input_ids[0, 1][cand.reader_attention_mask[0, 1].bool()].tolist()
-    assert full == query + store.bodies[0] + [SPECIAL.sep]  # body only, no title (as the original)
+    assert full == query + store.tokens([0])[1][0] + [SPECIAL.sep]  # body only, no title (as the original)
     assert cand.null_input_ids.tolist() == [[SPECIAL.cls, SPECIAL.sep, SPECIAL.sep]]
 
 
@@ -108,7 +106,7 @@ def test_gradients_reach_both_embedders_and_the_encoder(shared):
     batch = _batch([uids[0], uids[1], ""])
     from realm.evaluation import embed_corpus
 
-    index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store, SPECIAL, 16))
+    index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, SPECIAL, 16))
     from realm.retrieval import retrieve
 
     batch = retrieve(model.embed_queries(batch), batch, index, store, SPECIAL, cfg)
