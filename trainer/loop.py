@@ -96,6 +96,8 @@ class Trainer:
                 if cfg.data.heldout
                 else None
             )
+        # note: read once; every periodic evaluation uses the same gold articles
+        self.heldout_titles = gold_titles(cfg.data.heldout) if cfg.data.heldout else None
 
         model = build_model(cfg, len(self.tokenizer))
         optimizer, scheduler = build_optimizer(model, cfg.optim, cfg.train.max_steps)
@@ -347,7 +349,6 @@ class Trainer:
         """Held-out evaluation on the live index (main process; small by construction)."""
         if self.heldout is None or not self.accelerator.is_main_process:
             return {}
-        gold = gold_titles(self.cfg.data.heldout)
         result = evaluate_heldout(
             self.unwrapped,
             self.heldout,
@@ -357,7 +358,7 @@ class Trainer:
             index=self.index,
             batch_size=self.cfg.eval.batch_size,
             max_examples=self.cfg.eval.max_examples,
-            gold_titles=gold,
+            gold_titles=self.heldout_titles,
         ).as_dict()
         self.metrics.log(result, self.step)
         return result

@@ -144,7 +144,9 @@ def test_auto_mode_is_offline_without_credentials(monkeypatch, tmp_path):
     assert resolve_wandb_mode(TrackingConfig(wandb_mode="offline")) == "offline"
 
 
-def test_wandb_dirs_go_under_the_run_dir_unless_the_user_set_them(monkeypatch, tmp_path):
+def _forget_wandb_dirs(monkeypatch) -> None:
+    """Unsets the folders configure_wandb_env manages; monkeypatch also removes them again at teardown, since the
+    code under test sets them."""
     for name in (
         "WANDB_DIR",
         "WANDB_CACHE_DIR",
@@ -154,6 +156,10 @@ def test_wandb_dirs_go_under_the_run_dir_unless_the_user_set_them(monkeypatch, t
         "REALM_WANDB_ENV_OWNED",
     ):
         monkeypatch.delenv(name, raising=False)
+
+
+def test_wandb_dirs_go_under_the_run_dir_unless_the_user_set_them(monkeypatch, tmp_path):
+    _forget_wandb_dirs(monkeypatch)
     monkeypatch.setenv("WANDB_CACHE_DIR", str(tmp_path / "mine"))
     first = configure_wandb_env(tmp_path / "run1")
     assert first["WANDB_DIR"] == str((tmp_path / "run1").resolve())
@@ -240,15 +246,7 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
     for name in list(os.environ):
         if name.startswith("WANDB_") or name in ("REALM_WANDB_ENV_OWNED", "NETRC"):
             monkeypatch.delenv(name)
-    for name in (
-        "WANDB_DIR",
-        "WANDB_CACHE_DIR",
-        "WANDB_DATA_DIR",
-        "WANDB_CONFIG_DIR",
-        "WANDB_ARTIFACT_DIR",
-        "REALM_WANDB_ENV_OWNED",
-    ):
-        monkeypatch.delenv(name, raising=False)  # registers their removal at teardown (set by the code under test)
+    _forget_wandb_dirs(monkeypatch)
     home = tmp_path / "home"
     for sub, var in (
         (".", "HOME"),
