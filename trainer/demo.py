@@ -14,18 +14,12 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
-from realm.blocks import build_blocks_from_config, load_blocks
+from realm.blocks import build_blocks_from_config
 from realm.config import load_config
 from realm.corpus import CorpusConfig
-from realm.encoder import KnowledgeAugmentedEncoder
-from realm.evaluation import evaluate_heldout, gold_titles
+from realm.evaluation import evaluate_heldout
 from realm.jsonl import iter_field
 from realm.logging import MetricsLogger, init_logging, set_num_threads
-from realm.model import RealmModel
-from realm.packing import SpecialIds
-from realm.retrieval import BlockStore
-from realm.retriever import Retriever
-from realm.sentences import load_jsonl_dataset, prepare_sentences
 from realm.vocab import train_wordpiece
 from realm.world import WorldConfig, generate_world, write_world
 from trainer.config import PretrainConfig
@@ -74,6 +68,21 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
     tokenizer = train_wordpiece(
         iter_field([paths["corpus"], paths["pretrain"]], "text"), args.vocab_size, run / "tokenizer"
     )
+    cfg = load_config(
+        PretrainConfig,
+        args.config,
+        [
+            f"--train.run_dir={run}",
+            f"--train.seed={args.seed}",
+            f"--train.init_retriever={run / 'ict' / 'retriever'}",
+            f"--data.tokenizer={run / 'tokenizer'}",
+            f"--data.blocks={run / 'blocks'}",
+            f"--data.sentences={paths['pretrain']}",
+            f"--data.heldout={paths['heldout']}",
+            *([f"--train.max_steps={args.steps}"] if args.steps else []),
+            *overrides,
+        ],
+    )
     ict_cfg = load_config(
         ICTConfig,
         args.ict_config,
@@ -87,57 +96,34 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
             }
         },
     )
-    corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=ict_cfg.retriever.max_block_length)
+    # note: blocks are cut for the pre-training retriever, the one that embeds them for the index
+    corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=cfg.retriever.max_block_length)
     build_blocks_from_config(corpus, tokenizer, run / "blocks")
     stages["data_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    ict_retriever = train_ict(ict_cfg)
+    train_ict(ict_cfg)
     stages["ict_s"] = time.perf_counter() - t
 
-    cfg = load_config(
-        PretrainConfig,
-        args.config,
-        [
-            f"--train.run_dir={run}",
-            f"--train.seed={args.seed}",
-            f"--train.init_retriever={ict_retriever}",
-            f"--data.tokenizer={run / 'tokenizer'}",
-            f"--data.blocks={run / 'blocks'}",
-            f"--data.sentences={paths['pretrain']}",
-            f"--data.heldout={paths['heldout']}",
-            *([f"--train.max_steps={args.steps}"] if args.steps else []),
-            *overrides,
-        ],
-    )
-    special = SpecialIds.of(tokenizer)
-    store = BlockStore(load_blocks(cfg.data.blocks))
-    heldout = prepare_sentences(load_jsonl_dataset(paths["heldout"]), tokenizer, None, cfg.retriever.max_query_length)
-    titles = gold_titles(paths["heldout"])
+    trainer = Trainer(cfg, Accelerator())
 
-    def evaluate(model: RealmModel):
+    def evaluate():
         return evaluate_heldout(
-            model,
-            heldout,
-            store,
-            special,
+            trainer.unwrapped,
+            trainer.heldout,
+            trainer.store,
+            trainer.special,
             cfg.retriever,
             batch_size=cfg.eval.batch_size,
             max_examples=cfg.eval.max_examples,
-            gold_titles=titles,
+            gold_titles=trainer.heldout_titles,
         )
 
     t = time.perf_counter()
-    start = evaluate(
-        RealmModel(
-            Retriever.from_pretrained(ict_retriever),
-            KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer))),
-        )
-    )
+    start = evaluate()  # the trainer's starting model: ICT retriever, fresh encoder
     stages["eval_start_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    trainer = Trainer(cfg, Accelerator())
     try:
         train = trainer.run()
     finally:
@@ -145,7 +131,7 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
     stages["pretrain_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
-    end = evaluate(trainer.unwrapped)
+    end = evaluate()
     stages["eval_end_s"] = time.perf_counter() - t
     # the before/after evaluations go into the run's metrics too, so `realm report` can plot them
     metrics = MetricsLogger(run / "metrics.jsonl")
