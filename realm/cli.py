@@ -9,6 +9,9 @@ realm vocab ...                 train a WordPiece vocabulary
 realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into blocks
 realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
 realm inspect RUN "query"       top-k retrieved blocks with their scores
+realm report RUN                self-contained HTML report of a run
+realm finetune --config C [...] open-domain QA fine-tuning    (python -m trainer.finetune)
+realm evaluate OUT --task T --data F   QA exact match / retrieval accuracy (python -m trainer.qa_eval)
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate-mlm": ("trainer.inspect", "held-out masked-fact metrics of a run or checkpoint"),
     "inspect": ("trainer.inspect", "top-k retrieved blocks for a query"),
     "report": ("trainer.report", "self-contained HTML report of a run from its own logs"),
+    "finetune": ("trainer.finetune", "open-domain QA fine-tuning (span reader, frozen index)"),
+    "evaluate": ("trainer.qa_eval", "exact match and top-k retrieval accuracy of a fine-tuned QA model"),
 }
 
 

@@ -13,6 +13,7 @@ All functions are pure and have no dependencies beyond the standard library.
 
 from __future__ import annotations
 
+import functools
 import re
 import string
 import unicodedata
@@ -22,6 +23,7 @@ __all__ = [
     "normalize_answer",
     "exact_match",
     "regex_match",
+    "compile_pattern",
     "simple_tokenize",
     "has_answer",
     "top_k_accuracy",
@@ -77,7 +79,9 @@ def exact_match(prediction: str, answers: Sequence[str]) -> bool:
 # ----------------------------------------------------------------------------------------------------------- regex
 
 
-def _compile(pattern: str) -> re.Pattern[str]:
+@functools.lru_cache(maxsize=65536)
+def compile_pattern(pattern: str) -> re.Pattern[str]:
+    """An answer regex compiled with ORQA's flags (cached: a pattern is matched against many blocks)."""
     try:
         return re.compile(pattern, flags=_REGEX_FLAGS)
     except re.error as exc:
@@ -92,7 +96,7 @@ def regex_match(prediction: str, patterns: Sequence[str]) -> bool:
     (ORQA does not normalise it). An invalid pattern raises ``ValueError`` naming it (ORQA logged and returned False;
     here a broken answer file is an error, not a silent zero).
     """
-    return any(_compile(pattern).match(prediction) is not None for pattern in patterns)
+    return any(compile_pattern(pattern).match(prediction) is not None for pattern in patterns)
 
 
 # ------------------------------------------------------------------------------------------------------ has_answer
@@ -155,15 +159,17 @@ def has_answer(text: str, answers: Sequence[str], *, regex: bool = False) -> boo
     Regex answers (``regex=True``, CuratedTrec): ``re.search(pattern, NFD(text))`` with IGNORECASE|UNICODE|MULTILINE,
     i.e. unanchored, unlike ``regex_match``. An invalid pattern raises ``ValueError``.
     """
-    text = unicodedata.normalize("NFD", text)
     if regex:
-        return any(_compile(pattern).search(text) is not None for pattern in answers)
-    text_tokens = simple_tokenize(text, uncased=True)
-    for answer in answers:
-        answer_tokens = simple_tokenize(unicodedata.normalize("NFD", answer), uncased=True)
-        if _contains_sequence(text_tokens, answer_tokens):
-            return True
-    return False
+        text = unicodedata.normalize("NFD", text)
+        return any(compile_pattern(pattern).search(text) is not None for pattern in answers)
+    text_tokens = _nfd_tokens(text)
+    return any(_contains_sequence(text_tokens, _nfd_tokens(answer)) for answer in answers)
+
+
+@functools.lru_cache(maxsize=16384)
+def _nfd_tokens(text: str) -> tuple[str, ...]:
+    # note: cached because fine-tuning checks the same blocks (and answers) against many questions at every step
+    return tuple(simple_tokenize(unicodedata.normalize("NFD", text), uncased=True))
 
 
 # ------------------------------------------------------------------------------------------------------ summaries
@@ -223,7 +229,7 @@ def reader_oracle(
     for q, (blocks, answers) in enumerate(zip(blocks_texts, examples_answers)):
         use_regex = bool(regex_flags[q]) if regex_flags is not None else False
         if use_regex:
-            compiled = [_compile(pattern) for pattern in answers]
+            compiled = [compile_pattern(pattern) for pattern in answers]
             accept = lambda span: any(c.match(span) is not None for c in compiled)  # noqa: E731
         else:
             targets = {normalize_answer(answer) for answer in answers}

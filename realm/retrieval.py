@@ -46,6 +46,7 @@ class BlockStore:
         if len(blocks) <= in_memory_limit:
             self._titles = blocks["title_ids"]
             self._bodies = blocks["body_ids"]
+        self._text_columns = blocks.select_columns(["title", "text"])
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -57,6 +58,13 @@ class BlockStore:
             return [self._titles[i] for i in ids], [self._bodies[i] for i in ids]
         rows = self.blocks[ids]
         return rows["title_ids"], rows["body_ids"]
+
+    def texts(self, block_ids: Sequence[int]) -> tuple[list[str], list[str]]:
+        """(titles, body texts) of each block, read from the Arrow table (QA answer checks and predictions)."""
+        if len(block_ids) == 0:
+            return [], []
+        rows = self._text_columns[[int(i) for i in block_ids]]
+        return rows["title"], rows["text"]
 
 
 def select_candidates(

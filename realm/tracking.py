@@ -200,14 +200,16 @@ def flatten_config(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any
     return flat
 
 
-def init_trackers(accelerator: Any, cfg: TrackingConfig, run_dir: str | Path, config: Mapping[str, Any]) -> None:
+def init_trackers(
+    accelerator: Any, cfg: TrackingConfig, run_dir: str | Path, config: Mapping[str, Any], job_type: str = "trainer"
+) -> None:
     """Starts the accelerator's trackers (created with ``accelerator_kwargs``) with the flattened run config."""
     if not accelerator.log_with:
         return
     init_kwargs: dict[str, dict] = {}
     if any(str(t) == "wandb" for t in accelerator.log_with):
         configure_wandb_env(run_dir)
-        init_kwargs["wandb"] = wandb_init_kwargs(cfg, run_dir, job_type="trainer")
+        init_kwargs["wandb"] = wandb_init_kwargs(cfg, run_dir, job_type=job_type)
     accelerator.init_trackers(cfg.project, config=flatten_config(config), init_kwargs=init_kwargs)
 
 
@@ -374,7 +376,34 @@ def log_retrieval_table(accelerator: Any, rows: list[Mapping[str, Any]], step: i
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a", encoding="utf-8") as f:
         f.write("".join(json.dumps(dict(r)) + "\n" for r in rows))
+    log_wandb_table(accelerator, TABLE_KEY, _table(list(rows)), step)
+
+
+def log_wandb_table(accelerator: Any, key: str, table: tuple[list[str], list[list[Any]]], step: int) -> None:
+    """Logs ``(columns, data)`` as a ``wandb.Table`` under ``key`` when a W&B tracker is active."""
     for tracker in accelerator.trackers:
         if tracker.name == "wandb":
-            columns, data = _table(list(rows))
-            tracker.log_table(TABLE_KEY, columns=columns, data=data, step=step)
+            tracker.log_table(key, columns=table[0], data=table[1], step=step)
+
+
+PREDICTIONS_KEY = "eval/predictions"
+PREDICTION_COLUMNS = ("question", "answers", "prediction", "correct", "prediction_title")
+
+
+def prediction_rows(records: list[Mapping[str, Any]], num_blocks: int = 5) -> tuple[list[str], list[list[Any]]]:
+    """A QA predictions table: the question, gold answers, prediction and, for the top ``num_blocks`` retrieved
+    blocks, title, retriever score and whether it has an answer (``records`` from ``realm.qa_evaluation``)."""
+    columns = [*PREDICTION_COLUMNS]
+    for k in range(num_blocks):
+        columns += [f"block{k}_title", f"block{k}_score", f"block{k}_has_answer"]
+    data = []
+    for r in records:
+        titles = r["titles"]
+        title = titles[r["block_ids"].index(r["prediction_block"])] if r["prediction_block"] in r["block_ids"] else ""
+        row = [r["question"], " | ".join(r["answers"]), r["prediction"], r["correct"], title]
+        for k in range(num_blocks):
+            present = k < len(titles)
+            row += [titles[k] if present else None, r["scores"][k] if present else None,
+                    r["has_answer"][k] if present else None]  # fmt: skip
+        data.append(row)
+    return columns, data

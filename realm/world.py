@@ -360,7 +360,8 @@ def _write_atomic(path: Path, text: str) -> None:
 
 
 def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
-    """Writes ``corpus``, ``pretrain``, ``heldout``, ``entities`` and ``questions`` ``.jsonl`` and ``world.json``.
+    """Writes ``corpus``, ``pretrain``, ``heldout``, ``entities`` and ``questions`` ``.jsonl`` (plus the QA splits
+    ``questions_train`` and ``questions_heldout``) and ``world.json``.
 
     Each file is written to a temporary name and renamed, so an interrupted write never leaves a truncated file.
 
@@ -373,6 +374,11 @@ def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
     for name in ("corpus", "pretrain", "heldout", "entities", "questions"):
         paths[name] = out_dir / f"{name}.jsonl"
         _write_atomic(paths[name], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in getattr(world, name)))
+    # the QA splits: questions about training entities (fine-tuning) and about held-out ones (evaluation)
+    for name, heldout in (("questions_train", False), ("questions_heldout", True)):
+        paths[name] = out_dir / f"{name}.jsonl"
+        chosen = [q for q in world.questions if q["heldout"] == heldout]
+        _write_atomic(paths[name], "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in chosen))
     kinds = [e["kind"] for e in world.entities]
     meta = {
         "config": asdict(world.config),

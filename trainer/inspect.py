@@ -55,6 +55,8 @@ class LoadedRun:
     checkpoint: Path
     step: int
     """Optimizer step of the checkpoint."""
+    tokenizer_path: str
+    blocks_path: str
 
 
 def _local_path(path: str, fallback: str | None) -> str:
@@ -132,7 +134,8 @@ def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
     manifest = export[2] if export else {}
     where = "relative paths are read from the current directory"
     try:
-        tokenizer = load_tokenizer(_local_path(cfg.data.tokenizer, manifest.get("tokenizer")))
+        tokenizer_path = _local_path(cfg.data.tokenizer, manifest.get("tokenizer"))
+        tokenizer = load_tokenizer(tokenizer_path)
     except (OSError, ValueError) as err:
         raise RunError(f"data.tokenizer of {config_file} ({where}): {err}") from None
     blocks = _local_path(cfg.data.blocks, manifest.get("blocks"))
@@ -140,7 +143,7 @@ def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
         raise RunError(f"data.blocks = {cfg.data.blocks!r} of {config_file} not found ({where})")
     store = BlockStore(load_blocks(blocks))
     model = load_model(cfg, len(tokenizer), weights)
-    return LoadedRun(run, cfg, tokenizer, SpecialIds.of(tokenizer), store, model, folder, step)
+    return LoadedRun(run, cfg, tokenizer, SpecialIds.of(tokenizer), store, model, folder, step, tokenizer_path, blocks)
 
 
 def _guard(command: str, fn, args: argparse.Namespace) -> int:

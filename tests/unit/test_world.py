@@ -27,7 +27,16 @@ from realm.world import (
     write_world,
 )
 
-FILES = ("corpus.jsonl", "pretrain.jsonl", "heldout.jsonl", "entities.jsonl", "questions.jsonl", "world.json")
+FILES = (
+    "corpus.jsonl",
+    "pretrain.jsonl",
+    "heldout.jsonl",
+    "entities.jsonl",
+    "questions.jsonl",
+    "questions_train.jsonl",
+    "questions_heldout.jsonl",
+    "world.json",
+)
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +87,9 @@ def test_written_files_match_the_world_and_its_counts(tmp_path: Path, small_worl
     for name in ("corpus", "pretrain", "heldout", "entities", "questions"):
         lines = paths[name].read_text(encoding="utf-8").splitlines()
         assert [json.loads(line) for line in lines] == getattr(small_world, name)
+    for name, heldout in (("questions_train", False), ("questions_heldout", True)):
+        lines = paths[name].read_text(encoding="utf-8").splitlines()
+        assert [json.loads(line) for line in lines] == [q for q in small_world.questions if q["heldout"] == heldout]
     meta = json.loads(paths["world"].read_text())
     assert meta["config"]["num_entities"] == 300 and meta["config"]["seed"] == 7
     assert meta["counts"]["num_pretrain"] == len(small_world.pretrain)

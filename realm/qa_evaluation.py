@@ -1,0 +1,119 @@
+"""Open-domain QA evaluation: predictions and metrics of an ``OpenQAModel`` over a frozen index, batched.
+
+Per question: retrieve the top ``max(top_k)`` blocks, read the top ``reader_beam`` of them, predict the best span.
+Metrics: exact match (``regex_match`` for regex answers, as ORQA scores CuratedTrec), DPR top-k retrieval accuracy,
+and the share of questions whose read blocks hold a correct candidate span (the reader's ceiling).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+
+from realm.index import DocumentIndex
+from realm.logging import progress
+from realm.packing import SpecialIds
+from realm.qa_batch import QABatch, QACollator, QuestionSet, attach_blocks
+from realm.qa_metrics import exact_match, regex_match, top_k_accuracy
+from realm.qa_model import OpenQAModel, best_spans
+from realm.qa_spans import Wordpieces
+from realm.reader import ReaderConfig
+from realm.retrieval import BlockStore
+
+DEFAULT_TOP_K = (1, 5, 20, 100)
+
+
+@dataclass
+class QAContext:
+    """The frozen side of fine-tuning and evaluation: corpus, index, tokenizer pieces and reader shape."""
+
+    store: BlockStore
+    index: DocumentIndex
+    embeddings: np.ndarray
+    """[N, D] frozen block embeddings; row i is block i (the index's vectors)."""
+    words: Wordpieces
+    special: SpecialIds
+    reader: ReaderConfig
+
+    def attach(self, batch: QABatch, query_embeddings: torch.Tensor, questions: QuestionSet, beam: int) -> QABatch:
+        return attach_blocks(
+            batch, query_embeddings, self.index, self.embeddings, self.store, questions, self.words, self.special,
+            self.reader, beam,
+        )  # fmt: skip
+
+
+def question_batches(questions: QuestionSet, ctx: QAContext, batch_size: int) -> Iterator[QABatch]:
+    """The questions in file order."""
+    collate = QACollator(questions, ctx.special, ctx.reader.max_question_length)
+    for start in range(0, len(questions), batch_size):
+        yield collate(list(range(start, min(start + batch_size, len(questions)))))
+
+
+def is_correct(prediction: str, answers: list[str], regex: bool) -> bool:
+    return regex_match(prediction, answers) if regex else exact_match(prediction, answers)
+
+
+@torch.inference_mode()
+def evaluate_qa(
+    model: OpenQAModel,
+    questions: QuestionSet,
+    ctx: QAContext,
+    *,
+    batch_size: int = 16,
+    top_k: tuple[int, ...] = DEFAULT_TOP_K,
+    device: torch.device | str = "cpu",
+) -> tuple[dict[str, float], list[dict[str, Any]]]:
+    """(metrics, one prediction record per question in order).
+
+    A record holds the question, gold answers, prediction, whether it is correct, and for the top ``max(top_k)``
+    blocks their ids, titles, retriever scores and ``has_answer``.
+    """
+    was_training = model.training
+    model.eval()
+    records: list[dict[str, Any]] = []
+    reader_ceiling = 0
+    bar = progress(len(questions), "evaluating QA", unit="question")
+    for batch in question_batches(questions, ctx, batch_size):
+        batch = ctx.attach(batch.to(device), model.embed_queries(batch.to(device)), questions, max(top_k)).to(device)
+        out = model(batch)
+        blocks = batch.blocks
+        spans = best_spans(out.reader_logits, blocks.span_valid)
+        reader_ceiling += int((blocks.span_correct & blocks.span_valid).flatten(1).any(1).sum())
+        ids = blocks.block_ids.cpu()
+        titles, _ = ctx.store.texts([max(int(i), 0) for i in ids.reshape(-1).tolist()])
+        for b, (row, span) in enumerate(zip(batch.example_ids.tolist(), spans)):
+            example = questions.examples[row]
+            prediction = ""
+            if span is not None:
+                prediction = ctx.words.decode(blocks.reader_input_ids[b, span.slot, span.start : span.end + 1].tolist())
+            valid = blocks.block_valid[b].cpu()
+            records.append(
+                {
+                    "id": example.id,
+                    "question": example.question,
+                    "answers": list(example.answers),
+                    "answers_are_regex": example.answers_are_regex,
+                    "prediction": prediction,
+                    "correct": is_correct(prediction, list(example.answers), example.answers_are_regex),
+                    "prediction_block": int(ids[b, span.slot]) if span is not None else -1,
+                    "prediction_score": span.score if span is not None else None,
+                    "block_ids": ids[b][valid].tolist(),
+                    "titles": [t for t, ok in zip(titles[b * ids.shape[1] : (b + 1) * ids.shape[1]], valid) if ok],
+                    "scores": [
+                        round(s, 4) for s in out.retriever_logits[b][valid.to(out.retriever_logits.device)].tolist()
+                    ],
+                    "has_answer": blocks.has_answer[b][valid].tolist(),
+                }
+            )
+        bar.update(batch.size)
+    bar.close()
+    model.train(was_training)
+    n = max(len(records), 1)
+    metrics = {"exact_match": sum(r["correct"] for r in records) / n, "num_questions": len(records)}
+    for k, acc in top_k_accuracy([r["has_answer"] for r in records], top_k).items():
+        metrics[f"top{k}_accuracy"] = acc
+    metrics["correct_span_in_read_blocks"] = reader_ceiling / n
+    return metrics, records
