@@ -68,7 +68,9 @@ class CorpusConfig:
     """Field or column with the document id (hf/hf_disk fall back to the row number if the column is absent)."""
     title_field: str | None = "title"
     """Field with the title; null takes the title from the first line of the text field, without its quotes
-    (FlashRAG's wiki18_100w layout ``{"id", "contents": "\\"Title\\"\\nbody"}``). Ignored for dpr_tsv."""
+    (FlashRAG's wiki18_100w layout ``{"id", "contents": "\\"Title\\"\\nbody"}``, e.g. with ``text_field:
+    contents``); a record whose text lacks that title line (no newline, or a blank first line) is then malformed.
+    Ignored for dpr_tsv."""
     text_field: str = "text"
     """Field with the document text (``contents`` for FlashRAG files). Ignored for dpr_tsv."""
     hf_config: str | None = None
@@ -107,12 +109,17 @@ def _report(source: str | Path, stats: CorpusStats) -> None:
     log("%s: read %d records, skipped %d malformed", source, stats.num_records, stats.num_malformed)
 
 
-def _title_from_first_line(text: str) -> tuple[str, str]:
-    title, _, body = text.partition("\n")
+NO_TITLE_LINE = "no title line: with title_field null the text must be a title line, a newline, then the body"
+
+
+def _title_from_first_line(text: str) -> tuple[str, str] | None:
+    """(title without its quotes, body) of FlashRAG's ``"Title"\\nbody``; None when there is no newline or the
+    first line is blank, i.e. the record has no title line (malformed, not an empty document)."""
+    title, newline, body = text.partition("\n")
     title = title.strip()
     if len(title) >= 2 and title[0] == title[-1] == '"':
         title = title[1:-1]
-    return title, body
+    return (title, body) if newline and title else None
 
 
 def _existing_file(path: str | Path) -> Path:
@@ -160,7 +167,11 @@ def read_jsonl(
                 _reject(where, "text and title must be strings and the id a scalar", skip_malformed, stats)
                 continue
             if title_field is None:
-                title, text = _title_from_first_line(text)
+                split = _title_from_first_line(text)
+                if split is None:
+                    _reject(where, NO_TITLE_LINE, skip_malformed, stats)
+                    continue
+                title, text = split
             stats.num_records += 1
             yield Document(id=str(doc_id), title=title.strip(), text=text.strip())
         _report(path, stats)
@@ -253,13 +264,16 @@ def read_hf(
                 title = batch[title_field][i] if title_field else ""
                 doc_id = str(batch[id_field][i]) if has_id else str(row_number)
                 row_number += 1
+                where = f"{name_or_path} row {row_number - 1}"
                 if not isinstance(text, str) or not isinstance(title, str):
-                    _reject(
-                        f"{name_or_path} row {row_number - 1}", "text and title must be strings", skip_malformed, stats
-                    )
+                    _reject(where, "text and title must be strings", skip_malformed, stats)
                     continue
                 if title_field is None:
-                    title, text = _title_from_first_line(text)
+                    split = _title_from_first_line(text)
+                    if split is None:
+                        _reject(where, NO_TITLE_LINE, skip_malformed, stats)
+                        continue
+                    title, text = split
                 stats.num_records += 1
                 yield Document(id=doc_id, title=title.strip(), text=text.strip())
         _report(name_or_path, stats)

@@ -144,6 +144,32 @@ def test_real_wikipedia_sample_loads_completely():
     assert len({d.id for d in docs}) == 1000
 
 
+@pytest.mark.parametrize(
+    "bad_record, reason",
+    [
+        ({"id": "x", "contents": "A body with no title line."}, "no title line"),
+        ({"id": "x", "contents": '""\nA body after a blank title.'}, "no title line"),
+        ({"id": "x", "text": '"T"\nWrong field.'}, r"missing field\(s\) \['contents'\]"),
+    ],
+)
+def test_flashrag_contents_without_a_title_line_is_malformed(tmp_path, bad_record, reason):
+    first = WIKI_SAMPLE.read_text(encoding="utf-8").splitlines()[0] if WIKI_SAMPLE.is_file() else None
+    good = first or json.dumps({"id": "0", "contents": '"Evan Morris"\nEvan Morris Evan L. Morris (January 26'})
+    path = write(tmp_path / "flash.jsonl", f"{good}\n{json.dumps(bad_record)}\n{good}\n")
+    cfg = CorpusConfig(path=str(path), title_field=None, text_field="contents")
+    with pytest.raises(CorpusError, match=rf"flash\.jsonl:2: {reason}"):
+        list(read_documents(cfg))
+    stats = CorpusStats()
+    cfg = CorpusConfig(path=str(path), title_field=None, text_field="contents", skip_malformed=True)
+    docs = list(read_documents(cfg, stats))
+    assert [d.title for d in docs] == ["Evan Morris"] * 2 and docs[0].text.startswith("Evan Morris Evan L. Morris")
+    assert stats.num_records == 2 and stats.num_malformed == 1
+    rows = {"contents": [json.loads(good)["contents"], bad_record.get("contents", "")]}
+    datasets.Dataset.from_dict(rows).save_to_disk(str(tmp_path / "d"))
+    with pytest.raises(CorpusError, match="row 1: no title line"):
+        list(read_hf(str(tmp_path / "d"), from_disk=True, title_field=None, text_field="contents"))
+
+
 def test_cut_body_packs_sentences_and_cuts_long_ones_at_word_starts():
     # sentences start at pieces 0, 3 and 5; pieces 6 and 9 continue a word.
     word_starts = [True, True, True, True, True, True, False, True, True, False]
