@@ -8,6 +8,7 @@ contains an answer (DPR ``has_answer`` on the block text), and for the top K blo
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -25,6 +26,8 @@ from realm.qa_spans import Wordpieces, candidate_span_mask, correct_span_mask
 from realm.reader import ReaderConfig
 from realm.retrieval import BlockStore
 
+logger = logging.getLogger(__name__)
+
 
 class QuestionSet(Dataset):
     """Questions with their wordpieces (and plain answers' wordpieces), tokenised once; items are row numbers."""
@@ -33,6 +36,10 @@ class QuestionSet(Dataset):
         self.examples = list(examples)
         questions = tokenizer([e.question for e in self.examples], add_special_tokens=False)["input_ids"]
         self.question_ids = [ids[: max_question_length - 2] for ids in questions]
+        truncated = sum(len(ids) > max_question_length - 2 for ids in questions)
+        if truncated:
+            logger.warning("%d of %d questions are longer than %d wordpieces and were truncated",
+                           truncated, len(questions), max_question_length - 2)  # fmt: skip
         plain = [a for e in self.examples if not e.answers_are_regex for a in e.answers]
         encoded = iter(tokenizer(plain, add_special_tokens=False)["input_ids"] if plain else [])
         self.answer_ids = [[] if e.answers_are_regex else [next(encoded) for _ in e.answers] for e in self.examples]

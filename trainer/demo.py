@@ -1,7 +1,8 @@
 """``realm demo``: the whole REALM pipeline on the embedded synthetic world, on CPU, with no downloads.
 
 world -> WordPiece vocabulary -> blocks -> ICT warm start -> pre-training (trainer + live index builder as a child
-process) -> held-out evaluation with retrieval and closed book. Writes ``RUN/summary.json`` and prints a table.
+process) -> held-out evaluation with retrieval and closed book -> open-domain QA fine-tuning on questions about
+training entities, evaluated on questions about held-out ones. Writes ``RUN/summary.json`` and prints a table.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from realm.vocab import train_wordpiece
 from realm.world import WorldConfig, generate_world, write_world
 from trainer.config import PretrainConfig
 from trainer.ict import ICTConfig, train_ict
+from trainer.finetune import FinetuneConfig, Finetuner
 from trainer.loop import Trainer
 
 logger = logging.getLogger(__name__)
@@ -43,8 +45,11 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--ict-steps", type=int, default=None, help="override the ICT steps of configs/ict/demo.yaml")
     parser.add_argument("--steps", type=int, default=None, help="override the pre-training steps")
     parser.add_argument("--threads", type=int, default=0, help="trainer threads (0: torch default)")
+    parser.add_argument("--qa-steps", type=int, default=None, help="override the QA fine-tuning steps (0 skips QA)")
+    parser.add_argument("--qa-dev", type=int, default=0, help="evaluate QA on the first N held-out questions (0: all)")
     parser.add_argument("--ict-config", default="configs/ict/demo.yaml")
     parser.add_argument("--config", default="configs/pretrain/demo.yaml")
+    parser.add_argument("--qa-config", default="configs/finetune/demo.yaml")
     return parser.parse_known_args(argv)
 
 
@@ -138,6 +143,10 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
     metrics.log(start.as_dict(), 0)
     metrics.log(end.as_dict(), train["step"])
     metrics.close()
+
+    t = time.perf_counter()
+    qa = run_qa(args, run, paths) if args.qa_steps != 0 else None
+    stages["qa_s"] = time.perf_counter() - t
     summary = {
         "heldout_accuracy_retrieval": end.span_accuracy,
         "heldout_accuracy_closed_book": end.closed_book_span_accuracy,
@@ -152,16 +161,42 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
         "num_index_refreshes": train["num_index_refreshes"],
         "trainer_wait_fraction": train["trainer_wait_fraction"],
         "pretrain_steps": train["step"],
+        **(qa or {}),
         "wall_seconds": time.perf_counter() - t_start,
         "stage_seconds": stages,
         "definitions": {
             "heldout_accuracy_*": "share of held-out sentences whose masked fact span is predicted exactly "
             "(every wordpiece), argmax of the marginal p(y|x) or of p(y|null, x)",
             "gold_recall_at_k": "share of held-out sentences whose entity's article is among the k retrieved blocks",
+            "qa_exact_match_*": "exact match on questions about held-out entities, before / after fine-tuning the "
+            "pre-trained model on questions about training entities (realm finetune)",
         },
     }
     (run / "summary.json").write_text(json.dumps(summary, indent=2))
     return summary
+
+
+def run_qa(args: argparse.Namespace, run: Path, paths: dict[str, Path]) -> dict:
+    """Fine-tunes the pre-trained run on questions about training entities; evaluates on held-out entities."""
+    overrides = {
+        "finetune": {"out_dir": str(run / "qa"), "seed": args.seed, "num_threads": args.threads,
+                     **({"max_steps": args.qa_steps} if args.qa_steps else {})},
+        "task": {"train": str(paths["questions_train"]), "dev": str(paths["questions_heldout"]),
+                 "max_dev_questions": args.qa_dev},
+        "init": {"run": str(run)},
+    }  # fmt: skip
+    tuner = Finetuner(load_config(FinetuneConfig, args.qa_config, overrides))
+    tuner.train()
+    evals = tuner.evaluations
+    start, end = evals[0][1], evals[-1][1]
+    return {
+        "qa_exact_match_start": start["exact_match"],
+        "qa_exact_match_end": end["exact_match"],
+        "qa_top5_accuracy_start": start["top5_accuracy"],
+        "qa_top5_accuracy_end": end["top5_accuracy"],
+        "qa_steps": evals[-1][0],
+        "qa_num_questions": end["num_questions"],
+    }
 
 
 def format_table(summary: dict) -> str:
@@ -171,6 +206,14 @@ def format_table(summary: dict) -> str:
         (f"gold recall@{summary['k']} before pre-training", summary["gold_recall_at_k_start"]),
         (f"gold recall@{summary['k']} after pre-training", summary["gold_recall_at_k_end"]),
         ("index refreshes", summary["num_index_refreshes"]),
+        *(
+            [
+                ("QA exact match before fine-tuning", summary["qa_exact_match_start"]),
+                ("QA exact match after fine-tuning", summary["qa_exact_match_end"]),
+            ]
+            if "qa_exact_match_end" in summary
+            else []
+        ),
         ("trainer wait fraction", summary["trainer_wait_fraction"]),
         ("wall seconds", summary["wall_seconds"]),
     ]

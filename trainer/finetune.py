@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 from realm import run_dir as rd
 from realm.config import load_config, save_config, to_dict
 from realm.index import IndexConfig
-from realm.logging import MetricsLogger, init_logging, set_num_threads
+from realm.logging import MetricsLogger, init_logging, progress, set_num_threads
 from realm.model import ModelConfig
 from realm.qa_batch import QACollator, QuestionSet
 from realm.qa_data import LoadStats, load_task
@@ -155,6 +155,8 @@ class Finetuner:
         optimizer, scheduler = build_optimizer(start.model, cfg.optim, max(cfg.finetune.max_steps, 1))
         self.model, self.optimizer, self.scheduler = self.accelerator.prepare(start.model, optimizer, scheduler)
         self.metrics = MetricsLogger(self.out / "metrics.jsonl" if is_main else None, self.accelerator)
+        self.evaluations: list[tuple[int, dict[str, float]]] = []
+        """(step, dev metrics) of each evaluation so far, on the main process."""
         init_trackers(self.accelerator, cfg.tracking, self.out, to_dict(cfg), job_type="finetune")
 
     @property
@@ -179,6 +181,7 @@ class Finetuner:
             device=self.accelerator.device,
         )
         write_evaluation(self.out, f"dev-step-{step}", metrics, records, self.accelerator, step)
+        self.evaluations.append((step, metrics))
         self.metrics.log({f"eval/{k}": v for k, v in metrics.items()}, step)
         logger.info("step %d dev: %s", step, {k: round(v, 4) for k, v in metrics.items()})
         return metrics
@@ -190,6 +193,7 @@ class Finetuner:
         batches = iter(self.loader())
         t0 = time.perf_counter()
         window: dict[str, float] = {}
+        bar = progress(loop.max_steps, "fine-tuning", unit="step", enabled=acc.is_main_process)
         for step in range(1, loop.max_steps + 1):
             batch = next(batches).to(acc.device)
             with torch.no_grad():
@@ -225,8 +229,10 @@ class Finetuner:
                 logger.info("step %d loss %.4f (retriever %.4f, reader %.4f)", step, logged["train/loss"],
                             logged["train/retriever_loss"], logged["train/reader_loss"])  # fmt: skip
                 window = {}
+            bar.update(1)
             if loop.eval_interval and step % loop.eval_interval == 0 and step != loop.max_steps:
                 self.evaluate(step)
+        bar.close()
         final = self.save(loop.max_steps)
         if loop.max_steps > 0 or not loop.eval_at_start:
             self.evaluate(loop.max_steps)

@@ -17,13 +17,20 @@ from realm.world import WorldConfig, generate_world, write_world
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def make_world(out: Path, seed: int, num_entities: int, vocab_size: int, max_block_length: int) -> dict[str, Path]:
+    """A generated world with its WordPiece vocabulary and blocks under ``out``; returns every path by name."""
+    paths = write_world(generate_world(WorldConfig(seed=seed, num_entities=num_entities)), out / "world")
+    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), vocab_size, out / "tokenizer")
+    corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=max_block_length)
+    build_blocks_from_config(corpus, tokenizer, out / "blocks")
+    return {**paths, "tokenizer": out / "tokenizer", "blocks": out / "blocks"}
+
+
 @pytest.fixture(scope="session")
 def tiny_world(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("tiny_world")
-    paths = write_world(generate_world(WorldConfig(seed=3, num_entities=64)), out / "world")
-    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), 2000, out / "tokenizer")
-    build_blocks_from_config(CorpusConfig(path=str(paths["corpus"]), max_block_length=48), tokenizer, out / "blocks")
-    return {**paths, "tokenizer": out / "tokenizer", "blocks": out / "blocks"}
+    return make_world(
+        tmp_path_factory.mktemp("tiny_world"), seed=3, num_entities=64, vocab_size=2000, max_block_length=48
+    )
 
 
 def data_overrides(world: dict[str, Path]) -> list[str]:

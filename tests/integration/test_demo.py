@@ -25,6 +25,10 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
         "--train.log_interval=2",
         "--train.save_interval=6",
         "--eval.max_examples=40",
+        "--qa-steps",
+        "4",
+        "--qa-dev",
+        "20",
         timeout=300,
     )
     summary = json.loads((run / "summary.json").read_text())
@@ -36,6 +40,8 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
         "num_index_refreshes",
         "trainer_wait_fraction",
         "wall_seconds",
+        "qa_exact_match_start",
+        "qa_exact_match_end",
     ):
         assert key in summary, key
     for key in (
@@ -44,8 +50,13 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
         "gold_recall_at_k_start",
         "gold_recall_at_k_end",
         "trainer_wait_fraction",
+        "qa_exact_match_start",
+        "qa_exact_match_end",
     ):
         assert 0.0 <= summary[key] <= 1.0, (key, summary[key])
+    assert summary["qa_steps"] == 4 and summary["qa_num_questions"] == 20
+    assert (run / "qa" / "model" / "manifest.json").is_file()
+    assert len((run / "qa" / "eval" / "dev-step-4" / "predictions.jsonl").read_text().splitlines()) == 20
     assert summary["pretrain_steps"] == 6 and summary["num_index_refreshes"] >= 2
     assert summary["num_heldout_examples"] == 40
     assert "held-out accuracy, with retrieval" in proc.stdout

@@ -6,12 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from realm.blocks import build_blocks_from_config
 from realm.config import load_config
-from realm.corpus import CorpusConfig
-from realm.jsonl import iter_field
-from realm.vocab import train_wordpiece
-from realm.world import WorldConfig, generate_world, write_world
+from tests.integration.conftest import make_world
 from trainer.finetune import FinetuneConfig, Finetuner
 from trainer.qa_eval import main as evaluate_main
 
@@ -20,11 +16,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def qa_world(tmp_path_factory) -> dict[str, Path]:
-    out = tmp_path_factory.mktemp("qa_world")
-    paths = write_world(generate_world(WorldConfig(seed=5, num_entities=12)), out / "world")
-    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), 600, out / "tokenizer")
-    build_blocks_from_config(CorpusConfig(path=str(paths["corpus"]), max_block_length=64), tokenizer, out / "blocks")
-    return {**paths, "tokenizer": out / "tokenizer", "blocks": out / "blocks", "root": out}
+    return make_world(tmp_path_factory.mktemp("qa_world"), seed=5, num_entities=12, vocab_size=600, max_block_length=64)
 
 
 def _config(world: dict[str, Path], out: Path, steps: int) -> FinetuneConfig:

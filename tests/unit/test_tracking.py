@@ -33,6 +33,7 @@ from realm.tracking import (
     retrieval_rows,
 )
 from realm.vocab import train_wordpiece
+from trainer.qa_eval import write_evaluation
 
 BLOCKS = [
     ("France", "France is a country in Europe; its capital is Paris."),
@@ -236,6 +237,16 @@ def test_log_retrieval_table_without_trackers_appends_jsonl(rows, tmp_path):
     assert init_builder_run(TrackingConfig(report_to="none"), tmp_path) is None
 
 
+PREDICTIONS = [
+    {"question": "Who wrote Hamlet?", "answers": ["Shakespeare", "William Shakespeare"], "prediction": "shakespeare",
+     "correct": True, "prediction_block": 7, "block_ids": [7, 3], "titles": ["Hamlet", "Macbeth"], "scores": [3.5, 1.25],
+     "has_answer": [True, False]},
+    {"question": "Where?", "answers": ["Paris"], "prediction": "", "correct": False, "prediction_block": -1,
+     "block_ids": [], "titles": [], "scores": [], "has_answer": []},
+]  # fmt: skip
+"""Two records as ``realm.qa_evaluation.evaluate_qa`` writes them (the second retrieved nothing)."""
+
+
 def _files_under(path: Path) -> list[Path]:
     return [p for p in path.rglob("*") if p.is_file()] if path.exists() else []
 
@@ -281,6 +292,7 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
         assert run.group == "tiny" and run.name == "tiny"
         accelerator.log({"train/loss": 1.0}, step=6)
         log_retrieval_table(accelerator, rows, step=6, run_dir=run_dir)
+        write_evaluation(run_dir, "dev", {"exact_match": 0.5}, PREDICTIONS, accelerator, step=6)  # QA evaluation
         accelerator.end_training()
         builder = init_builder_run(cfg, run_dir)  # what the index builder process does
         assert builder.group == "tiny" and builder.job_type == "index_builder" and builder.settings.mode == "offline"
@@ -296,11 +308,23 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
     offline_runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 2
     (offline,) = [r for r in offline_runs if (r / "files" / "media").exists()]
-    tables = list((offline / "files" / "media" / "table").rglob("*.table.json"))
-    assert len(tables) == 1
-    table = json.loads(tables[0].read_text())
+    tables = [json.loads(p.read_text()) for p in (offline / "files" / "media" / "table").rglob("*.table.json")]
+    assert len(tables) == 2
+    (table,) = [t for t in tables if "question" not in t["columns"]]
     assert table["columns"] == list(flatten_row(rows[0]))
     assert len(table["data"]) == len(rows)
+    (predictions,) = [t for t in tables if "question" in t["columns"]]
+    assert predictions["columns"][:5] == ["question", "answers", "prediction", "correct", "prediction_title"]
+    assert predictions["columns"][5:8] == ["block0_title", "block0_score", "block0_has_answer"]
+    assert predictions["data"][0][:5] == [
+        "Who wrote Hamlet?",
+        "Shakespeare | William Shakespeare",
+        "shakespeare",
+        True,
+        "Hamlet",
+    ]
+    assert predictions["data"][0][5:11] == ["Hamlet", 3.5, True, "Macbeth", 1.25, False]
+    assert predictions["data"][1][2] == "" and predictions["data"][1][4] == ""  # no span predicted
     assert len((run_dir / RETRIEVALS_FILE).read_text().splitlines()) == len(rows)
     assert _files_under(home) == [] and _files_under(cwd) == []
 
