@@ -92,7 +92,14 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
-    kwargs = {name: _coerce(value, hints[name], f"{where}.{name}") for name, value in data.items()}
+    kwargs = {}
+    for name, value in data.items():
+        factory = fields[name].default_factory
+        if isinstance(value, dict) and factory is not dataclasses.MISSING and dataclasses.is_dataclass(hints[name]):
+            # note: a section given in part keeps the parent's defaults for the rest (e.g. fine-tuning's own optimizer
+            # defaults), not the section class's
+            value = merge(to_dict(factory()), value)
+        kwargs[name] = _coerce(value, hints[name], f"{where}.{name}")
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:

@@ -7,10 +7,11 @@ import pytest
 from index_builder.build import IndexBuilderConfig
 from realm.config import ConfigError, load_config, parse_overrides
 from trainer.config import PretrainConfig
+from trainer.finetune import FinetuneConfig
 from trainer.ict import ICTConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-SCHEMAS = {"pretrain": PretrainConfig, "ict": ICTConfig, "index": IndexBuilderConfig}
+SCHEMAS = {"pretrain": PretrainConfig, "ict": ICTConfig, "index": IndexBuilderConfig, "finetune": FinetuneConfig}
 
 
 def _all_configs():
@@ -65,3 +66,12 @@ def test_overrides_are_dotted_and_typed():
 def test_warm_start_and_explicit_resume_cannot_both_be_set():
     with pytest.raises(ConfigError, match="cannot both be set"):
         load_config(PretrainConfig, None, ["--train.resume=/x/step-00000010", "--train.init_retriever=/y"])
+
+
+def test_a_partly_given_section_keeps_the_parents_defaults_for_the_rest():
+    # fine-tuning defaults its optimizer to lr 1e-5 with 100 warm-up steps, unlike pre-training's OptimConfig()
+    default = load_config(FinetuneConfig).optim
+    partial = load_config(FinetuneConfig, overrides=["--optim.lr=0.001"]).optim
+    assert (default.lr, default.warmup_steps) == (1e-5, 100)
+    assert (partial.lr, partial.warmup_steps) == (0.001, 100)
+    assert load_config(PretrainConfig, overrides=["--optim.lr=0.001"]).optim.warmup_steps == 10_000
