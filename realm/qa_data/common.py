@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from realm.jsonl import DataFileError
 
@@ -127,19 +127,21 @@ def _line_of(where: str) -> str:
     return where.rsplit(":", 1)[1]
 
 
-def _load_json_array(
-    path: str | Path,
+def _examples_from_records(
+    path: Path,
+    records: Iterable[tuple[str, Any]],
+    *,
     question_field: str,
     answers_field: str,
     id_field: str | None,
-    parse_answers: Any,
+    parse_answers: Callable[[Any], tuple[list[str] | None, str | None]],
+    regex: bool,
     skip_malformed: bool,
-    stats: LoadStats | None,
+    stats: LoadStats,
 ) -> list[QAExample]:
-    path = _existing_file(path)
-    stats = stats if stats is not None else LoadStats()
+    """The one validation of question records (``(where, record)`` pairs from a jsonl file or a JSON array)."""
     examples: list[QAExample] = []
-    for where, item in _iter_json_array(path):
+    for where, item in records:
         if not isinstance(item, dict):
             _reject(where, f"expected a JSON object, got {type(item).__name__}", skip_malformed, stats)
             continue
@@ -150,12 +152,37 @@ def _load_json_array(
             continue
         reason = _check_question(item[question_field])
         answers, answer_reason = parse_answers(item[answers_field])
-        reason = reason or answer_reason
+        reason = reason or answer_reason or (_check_regexes(answers) if regex else None)
+        if id_field and reason is None and not isinstance(item[id_field], (str, int)):
+            reason = f"id field {id_field!r} is {type(item[id_field]).__name__}, not a string or integer"
         if reason is not None:
             _reject(where, reason, skip_malformed, stats)
             continue
         example_id = str(item[id_field]) if id_field else f"{path.name}:{_line_of(where)}"
-        examples.append(QAExample(item[question_field], answers, False, example_id))
+        examples.append(QAExample(item[question_field], answers, regex, example_id))
         stats.num_records += 1
     _report(path, stats)
     return examples
+
+
+def _load_json_array(
+    path: str | Path,
+    question_field: str,
+    answers_field: str,
+    id_field: str | None,
+    parse_answers: Any,
+    skip_malformed: bool,
+    stats: LoadStats | None,
+) -> list[QAExample]:
+    path = _existing_file(path)
+    return _examples_from_records(
+        path,
+        _iter_json_array(path),
+        question_field=question_field,
+        answers_field=answers_field,
+        id_field=id_field,
+        parse_answers=parse_answers,
+        regex=False,
+        skip_malformed=skip_malformed,
+        stats=stats if stats is not None else LoadStats(),
+    )

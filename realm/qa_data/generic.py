@@ -18,8 +18,8 @@ from realm.qa_data.common import (
     _check_answers,
     _check_question,
     _check_regexes,
+    _examples_from_records,
     _existing_file,
-    _line_of,
     _reject,
     _report,
 )
@@ -50,26 +50,17 @@ def load_qa_jsonl(
     """
     path = _existing_file(path)
     stats = stats if stats is not None else LoadStats()
-    examples: list[QAExample] = []
-    for where, record in iter_jsonl(path, on_error=lambda w, r: _reject(w, r, skip_malformed, stats)):
-        needed = [question_field, answers_field] + ([id_field] if id_field else [])
-        missing = [field for field in needed if field not in record]
-        if missing:
-            _reject(where, f"missing field(s) {missing} (it has {sorted(record)})", skip_malformed, stats)
-            continue
-        reason = _check_question(record[question_field])
-        answers, answer_reason = _check_answers(record[answers_field], allow_string=True)
-        reason = reason or answer_reason or (_check_regexes(answers) if regex else None)
-        if id_field and reason is None and not isinstance(record[id_field], (str, int)):
-            reason = f"id field {id_field!r} is {type(record[id_field]).__name__}, not a string or integer"
-        if reason is not None:
-            _reject(where, reason, skip_malformed, stats)
-            continue
-        example_id = str(record[id_field]) if id_field else f"{path.name}:{_line_of(where)}"
-        examples.append(QAExample(record[question_field], answers, regex, example_id))
-        stats.num_records += 1
-    _report(path, stats)
-    return examples
+    return _examples_from_records(
+        path,
+        iter_jsonl(path, on_error=lambda w, r: _reject(w, r, skip_malformed, stats)),
+        question_field=question_field,
+        answers_field=answers_field,
+        id_field=id_field,
+        parse_answers=lambda value: _check_answers(value, allow_string=True),
+        regex=regex,
+        skip_malformed=skip_malformed,
+        stats=stats,
+    )
 
 
 def _parse_answers_cell(cell: str, answers_format: str) -> tuple[list[str] | None, str | None]:
