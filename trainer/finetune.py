@@ -22,8 +22,9 @@ from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
 from realm import run_dir as rd
-from realm.config import load_config, save_config, to_dict
+from realm.config import ConfigError, load_config, save_config, to_dict
 from realm.index import IndexConfig
+from realm.jsonl import DataFileError
 from realm.logging import MetricsLogger, init_logging, progress, set_num_threads
 from realm.model import ModelConfig
 from realm.qa_batch import QACollator, QuestionSet
@@ -73,7 +74,7 @@ class TaskConfig:
             kw.update(question_field=self.question_field, answers_field=self.answers_field, regex=self.regex)
         examples = load_task(self.name, path, **kw)
         if not examples:
-            raise ValueError(f"{path}: no questions")
+            raise DataFileError(f"{path}: no questions")
         return examples[:limit] if limit else examples
 
 
@@ -124,7 +125,10 @@ class Finetuner:
         set_num_threads(cfg.finetune.num_threads)
         torch.manual_seed(cfg.finetune.seed)
         if not cfg.task.train:
-            raise ValueError("task.train is required")
+            raise ConfigError("task.train is required (a question file, or hf:<split>)")
+        # note: the question files are read first, so a bad path or record fails before any model or index work
+        train_examples = cfg.task.load(cfg.task.train)
+        dev_examples = cfg.task.load(cfg.task.dev, cfg.task.max_dev_questions) if cfg.task.dev else None
         start = starting_point(cfg.init, cfg.model, cfg.retriever, cfg.reader)
         self.tokenizer = load_tokenizer(start.tokenizer_path)
         is_main = self.accelerator.is_main_process
@@ -135,16 +139,11 @@ class Finetuner:
             self.index = frozen_index(self.out, start, cfg.init, cfg.index)
         self.accelerator.wait_for_everyone()
         if not is_main:
-            self.index = rd.load_index_version(rd.current_index_version(self.out), cfg=cfg.index)
+            self.index = frozen_index(self.out, start, cfg.init, cfg.index, build=False)
         self.ctx: QAContext = qa_context(self.index, self.tokenizer, cfg.reader)
-        self.train_set = QuestionSet(cfg.task.load(cfg.task.train), self.tokenizer, cfg.reader.max_question_length)
-        self.dev_set = (
-            QuestionSet(
-                cfg.task.load(cfg.task.dev, cfg.task.max_dev_questions), self.tokenizer, cfg.reader.max_question_length
-            )
-            if cfg.task.dev
-            else None
-        )
+        max_question_length = cfg.reader.max_question_length
+        self.train_set = QuestionSet(train_examples, self.tokenizer, max_question_length)
+        self.dev_set = QuestionSet(dev_examples, self.tokenizer, max_question_length) if dev_examples else None
         logger.info(
             "%d training questions, %d dev questions, %d blocks in the frozen index %s",
             len(self.train_set),

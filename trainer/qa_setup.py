@@ -27,6 +27,7 @@ from index_builder.build import build_index_version
 from index_builder.publish import blocks_fingerprint
 from realm import run_dir as rd
 from realm.blocks import load_blocks
+from realm.config import ConfigError
 from realm.index import IndexConfig
 from realm.model import ModelConfig
 from realm.packing import SpecialIds
@@ -99,7 +100,7 @@ def starting_point(
         logger.info("starting from %s (step %d)", run.checkpoint, run.step)
     else:
         if not init.blocks:
-            raise ValueError("init.blocks is required unless init.run is set")
+            raise ConfigError("init.blocks is required unless init.run is set")
         blocks_path, max_block_length = init.blocks, retriever_cfg.max_block_length
         if init.bert:
             tokenizer_path = init.tokenizer or init.bert
@@ -108,7 +109,7 @@ def starting_point(
             retriever = Retriever.from_bert(init.bert, retriever_cfg)
         else:
             if not init.tokenizer:
-                raise ValueError("init.tokenizer is required unless init.run or init.bert is set")
+                raise ConfigError("init.tokenizer is required unless init.run or init.bert is set")
             tokenizer_path = init.tokenizer
             bert_config = model_cfg.bert_config(len(load_tokenizer(tokenizer_path)))
             qa_reader = SpanReader(reader_config(bert_config, reader.span_hidden_size))
@@ -121,24 +122,29 @@ def starting_point(
                  blocks_path, max_block_length)  # fmt: skip
 
 
-def frozen_index(out_dir: Path, start: Start, init: InitConfig, index_cfg: IndexConfig) -> rd.PublishedIndex:
-    """The frozen index: ``init.index`` after checking it covers the same blocks, or one built (once) in ``out_dir``
-    from the starting document embedder with the index builder's own code."""
-    blocks = load_blocks(start.blocks_path)
+def frozen_index(out_dir: Path, start: Start, init: InitConfig, index_cfg: IndexConfig, *, build: bool = True):
+    """The frozen index: ``init.index`` after checking it covers the same blocks, or the one built (once, when
+    ``build``: the main process) in ``out_dir`` from the starting document embedder with the index builder's code."""
     if init.index:
         published = rd.load_index_version(Path(init.index), cfg=index_cfg)
-        if published.manifest.get("corpus_fingerprint") != blocks_fingerprint(blocks):
-            raise ValueError(f"init.index {init.index} was built over other blocks than {start.blocks_path}")
+        if published.manifest.get("corpus_fingerprint") != blocks_fingerprint(load_blocks(start.blocks_path)):
+            raise ConfigError(f"init.index {init.index} was built over other blocks than {start.blocks_path}")
         return published
-    export = rd.export_retriever(
-        out_dir,
-        0,
-        Retriever(start.doc_embedder),
-        blocks_path=start.blocks_path,
-        tokenizer_path=start.tokenizer_path,
-        max_block_length=start.max_block_length,
-    )
-    return rd.load_index_version(build_index_version(out_dir, 0, export, index_cfg), cfg=index_cfg)
+    if build:
+        export = rd.export_retriever(
+            out_dir,
+            0,
+            Retriever(start.doc_embedder),
+            blocks_path=start.blocks_path,
+            tokenizer_path=start.tokenizer_path,
+            max_block_length=start.max_block_length,
+        )
+        version = build_index_version(out_dir, 0, export, index_cfg)
+    else:
+        version = rd.current_index_version(out_dir)
+        if version is None:
+            raise FileNotFoundError(f"{out_dir} has no frozen index (the main process builds it)")
+    return rd.load_index_version(version, cfg=index_cfg)
 
 
 def qa_context(index: rd.PublishedIndex, tokenizer, reader: ReaderConfig) -> QAContext:

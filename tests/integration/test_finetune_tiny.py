@@ -61,3 +61,15 @@ def test_evaluate_reports_a_missing_model_in_one_line(tmp_path: Path, capsys) ->
     code = evaluate_main([str(tmp_path), "--task", "nq", "--data", str(tmp_path / "none.jsonl")])
     assert code == 2
     assert "no published model/" in capsys.readouterr().err
+
+
+def test_finetune_reports_a_malformed_question_line_before_any_model_work(tmp_path: Path, capsys) -> None:
+    from realm.cli import main as realm_main
+
+    bad = tmp_path / "q.jsonl"
+    bad.write_text('{"question": "Who?", "answers": ["A"]}\n{"question": "Where?"}\n')
+    code = realm_main(["finetune", "--task", "jsonl", "--train", str(bad), "--out", str(tmp_path / "out")])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert f"{bad}:2" in err and "answers" in err
+    assert not (tmp_path / "out" / "index").exists()
