@@ -24,8 +24,8 @@ from realm.logging import MetricsLogger, init_logging, set_num_threads
 from realm.vocab import train_wordpiece
 from realm.world import WorldConfig, generate_world, write_world
 from trainer.config import PretrainConfig
-from trainer.ict import ICTConfig, train_ict
 from trainer.finetune import FinetuneConfig, Finetuner
+from trainer.ict import ICTConfig, train_ict
 from trainer.loop import Trainer
 
 logger = logging.getLogger(__name__)
