@@ -1,15 +1,102 @@
 #!/usr/bin/env bash
-# REALM pre-training under accelerate; the topology (processes, device, precision) lives in launch/accelerate/*.yaml.
-#   TOPOLOGY=multi_cpu launch/pretrain.sh --config configs/pretrain/tiny.yaml --train.run_dir=runs/tiny
-# Knobs: TOPOLOGY (a launch/accelerate/*.yaml name; default single_cpu), MAIN_PROCESS_PORT (default 29500),
-#        OMP_NUM_THREADS (threads per process).
+# REALM pre-training under accelerate: the trainer processes and, on GPU topologies, the index builder beside them.
+#   TOPOLOGY=multi_cpu launch/pretrain.sh --config configs/pretrain/tiny.yaml --train.run_dir=runs/tiny ...
+#   launch/pretrain.sh --config configs/pretrain/base.yaml --train.run_dir=runs/base ...      # a node with GPUs
+# The world size and precision live in launch/accelerate/${TOPOLOGY}.yaml; the arguments go to trainer.pretrain.
+#
+# Knobs (environment variables):
+#   TOPOLOGY           single_cpu | multi_cpu | single_node_gpus | multi_node (a launch/accelerate/*.yaml name;
+#                      default single_node_gpus when GPUs are visible, else single_cpu)
+#   NUM_PROCESSES      trainer processes in all (default: the YAML's on CPU; one per TRAINER_GPUS entry times
+#                      NUM_MACHINES on GPUs)
+#   MIXED_PRECISION    no | bf16 | fp16, overrides the YAML (CPU processes always train in fp32)
+#   MAIN_PROCESS_PORT  rendezvous port (default 29500); OMP_NUM_THREADS: threads per process
+# GPU topologies: the trainer takes GPUs 0..N-2 (one process each) and the index builder, a separate process, the
+# last one; the trainer's child builder is turned off (refresh.spawn_builder=false). The builder exits by itself once
+# the trainer has finished and the last export is indexed.
+#   TRAINER_GPUS       GPU ids of the trainer, comma-separated (default: all visible but the last; the only one if
+#                      there is one, shared with the builder)
+#   BUILDER_GPUS       GPU id(s) of the builder (default: the last visible; on multi_node only on MACHINE_RANK 0);
+#                      "none" starts no builder here (run `realm index` elsewhere on the shared run directory);
+#                      several ids build each index version with one process per GPU (--enable_distributed)
+#   BUILDER_CONFIG     index config (default configs/index/default.yaml)
+#   RUN_DIR            run directory for the builder (default: train.run_dir of the config and overrides given)
+# multi_node (launch/slurm/pretrain.sbatch sets these): NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP; every node runs
+# the same number of trainer processes and sees the run directory on a shared file system.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TOPOLOGY="${TOPOLOGY:-single_cpu}"
-if [[ "$TOPOLOGY" == *cpu ]]; then
-    # note: accelerate's multi-process launcher ignores the YAML's use_cpu; without this each process finds no GPU,
-    # skips init_process_group and trains alone (2 copies of a 1-process run).
-    export ACCELERATE_USE_CPU=true
+# shellcheck source=launch/common.sh
+source launch/common.sh
+launch_setup
+
+if is_cpu_topology; then
+    exec accelerate launch "${LAUNCH_ARGS[@]}" -m trainer.pretrain "$@"
 fi
-exec accelerate launch --config_file "launch/accelerate/${TOPOLOGY}.yaml" \
-    --main_process_port "${MAIN_PROCESS_PORT:-29500}" -m trainer.pretrain "$@"
+
+gpus="$(visible_gpus)"
+gpus="${gpus:-${TRAINER_GPUS:-}}"
+if [[ -z "$gpus" ]]; then
+    echo "launch/pretrain.sh: TOPOLOGY=$TOPOLOGY but no GPU is visible (set TRAINER_GPUS, or TOPOLOGY=single_cpu)" >&2
+    exit 2
+fi
+IFS=, read -r -a gpu_ids <<<"$gpus"
+last_gpu="${gpu_ids[${#gpu_ids[@]}-1]}"
+if ((${#gpu_ids[@]} > 1)); then
+    TRAINER_GPUS="${TRAINER_GPUS:-$(IFS=,; echo "${gpu_ids[*]:0:${#gpu_ids[@]}-1}")}"
+else
+    TRAINER_GPUS="${TRAINER_GPUS:-$last_gpu}"
+fi
+if [[ "$TOPOLOGY" == multi_node && "${MACHINE_RANK:-0}" != 0 ]]; then
+    BUILDER_GPUS="${BUILDER_GPUS:-none}"
+fi
+BUILDER_GPUS="${BUILDER_GPUS:-$last_gpu}"
+if [[ -z "${NUM_PROCESSES:-}" ]]; then
+    LAUNCH_ARGS+=(--num_processes "$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))")
+fi
+
+builder_pid=""
+# shellcheck disable=SC2329  # invoked by the EXIT trap
+stop_builder() {
+    if [[ -n "$builder_pid" ]] && kill -0 "$builder_pid" 2>/dev/null; then
+        kill "$builder_pid"
+        wait "$builder_pid" || true
+    fi
+}
+if [[ "$BUILDER_GPUS" != none ]]; then
+    if [[ -z "${RUN_DIR:-}" ]]; then
+        # note: resolved exactly as the trainer resolves it (same loader, same overrides), not parsed in bash
+        RUN_DIR="$(
+            python - "$@" <<'PY'
+import argparse, sys
+from realm.config import load_config
+from trainer.config import PretrainConfig
+parser = argparse.ArgumentParser(add_help=False)
+parser.add_argument("--config", required=True)
+args, overrides = parser.parse_known_args(sys.argv[1:])
+print(load_config(PretrainConfig, args.config, overrides).train.run_dir)
+PY
+        )"
+    fi
+    mkdir -p "$RUN_DIR"
+    if (($(count_list "$BUILDER_GPUS") > 1)); then
+        builder=(torchrun --standalone --nproc_per_node "$(count_list "$BUILDER_GPUS")" -m index_builder.build
+            --enable_distributed=true)
+    else
+        builder=(python -m index_builder.build)
+    fi
+    CUDA_VISIBLE_DEVICES="$BUILDER_GPUS" "${builder[@]}" --config "${BUILDER_CONFIG:-configs/index/default.yaml}" \
+        --run_dir "$RUN_DIR" --device=cuda >>"$RUN_DIR/builder.log" 2>&1 &
+    builder_pid=$!
+    trap stop_builder EXIT
+    echo "launch/pretrain.sh: index builder (pid $builder_pid) on GPU(s) $BUILDER_GPUS, log in $RUN_DIR/builder.log" >&2
+fi
+
+echo "launch/pretrain.sh: trainer on GPU(s) $TRAINER_GPUS (${LAUNCH_ARGS[*]})" >&2
+status=0
+CUDA_VISIBLE_DEVICES="$TRAINER_GPUS" accelerate launch "${LAUNCH_ARGS[@]}" -m trainer.pretrain "$@" \
+    --refresh.spawn_builder=false || status=$?
+if ((status == 0)) && [[ -n "$builder_pid" ]]; then
+    wait "$builder_pid" || status=$? # it indexes the last export, sees RUN/DONE and exits
+    builder_pid=""
+fi
+exit "$status"

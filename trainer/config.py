@@ -21,7 +21,10 @@ class TrainConfig:
     """The run directory shared with the index builder (DESIGN.md section 2)."""
     max_steps: int = 200_000
     batch_size: int = 32
-    """Queries per process per optimizer step (the paper's global batch is 512)."""
+    """Queries per process per micro-batch; the global batch is ``batch_size x processes x grad_accum_steps`` (the
+    paper's is 512). The number of processes comes from the launcher (``launch/accelerate/*.yaml``)."""
+    grad_accum_steps: int = 1
+    """Micro-batches per process per optimizer step (gradients are accumulated without synchronising until the last)."""
     seed: int = 0
     loss: str = "per_token"
     """Marginalisation: ``per_token`` (REALM), ``per_span``, or ``closed_book`` (ablation: no retrieval)."""
@@ -43,8 +46,8 @@ class TrainConfig:
     """Intra-op threads of the trainer (0: torch's default)."""
 
     def __post_init__(self) -> None:
-        if self.max_steps <= 0 or self.batch_size <= 0:
-            raise ValueError("max_steps and batch_size must be positive")
+        if self.max_steps <= 0 or self.batch_size <= 0 or self.grad_accum_steps <= 0:
+            raise ValueError("max_steps, batch_size and grad_accum_steps must be positive")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {self.loss!r}")
         if min(self.log_interval, self.save_interval, self.keep_checkpoints) <= 0 or self.eval_interval < 0:

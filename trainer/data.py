@@ -1,7 +1,9 @@
 """Pre-training data: the knowledge corpus blocks, the masked-sentence stream, and a resumable batch order.
 
 The batch order is a pure function of (seed, step), so resuming at step N needs no loader state: the sampler simply
-starts at N. Each process takes its own slice of the global batch (``rank::world_size``).
+starts at N. The global batch of a step is cut into ``accum_steps`` micro-batches and each process takes its own slice
+of each (``rank::world_size``), so the set of examples an optimizer step sees depends only on the global batch size:
+one process with batch 2B, two processes with batch B, or one process with batch B and 2 micro-batches see the same.
 """
 
 from __future__ import annotations
@@ -84,16 +86,29 @@ class KeyedExamples(Dataset):
 
 
 class StepBatchSampler(Sampler[list[tuple[int, int]]]):
-    """Infinite, deterministic batches: global batch ``step`` is a slice of a per-epoch seeded permutation."""
+    """Infinite, deterministic batches: global batch ``step`` is a slice of a per-epoch seeded permutation.
+
+    Yields ``accum_steps`` micro-batches per optimizer step (one list of ``batch_size`` keys each); ``start_step``
+    counts optimizer steps.
+    """
 
     def __init__(
-        self, num_examples: int, batch_size: int, seed: int, start_step: int = 0, rank: int = 0, world_size: int = 1
+        self,
+        num_examples: int,
+        batch_size: int,
+        seed: int,
+        start_step: int = 0,
+        rank: int = 0,
+        world_size: int = 1,
+        accum_steps: int = 1,
     ) -> None:
-        global_batch = batch_size * world_size
+        if accum_steps <= 0:
+            raise ValueError(f"accum_steps must be positive, got {accum_steps}")
+        global_batch = batch_size * world_size * accum_steps
         if num_examples < global_batch:
             raise ValueError(f"{num_examples} examples cannot fill a global batch of {global_batch}")
         self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
-        self.start_step, self.rank, self.world_size = start_step, rank, world_size
+        self.start_step, self.rank, self.world_size, self.accum_steps = start_step, rank, world_size, accum_steps
         self.steps_per_epoch = num_examples // global_batch
 
     def _permutation(self, epoch: int) -> np.ndarray:
@@ -101,13 +116,16 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         step, cached = self.start_step, (-1, None)
-        global_batch = self.batch_size * self.world_size
+        micro_global = self.batch_size * self.world_size  # one micro-batch of every process
+        global_batch = micro_global * self.accum_steps
         while True:
             epoch, position = divmod(step, self.steps_per_epoch)
             if cached[0] != epoch:
                 cached = (epoch, self._permutation(epoch))
             rows = cached[1][position * global_batch : (position + 1) * global_batch]
-            yield [(epoch, int(i)) for i in rows[self.rank :: self.world_size]]
+            for micro in range(self.accum_steps):
+                chunk = rows[micro * micro_global : (micro + 1) * micro_global]
+                yield [(epoch, int(i)) for i in chunk[self.rank :: self.world_size]]
             step += 1
 
 
@@ -122,8 +140,10 @@ def pretrain_loader(
     start_step: int,
     rank: int = 0,
     world_size: int = 1,
+    accum_steps: int = 1,
 ) -> DataLoader:
-    """The masked-query stream starting at ``start_step`` (the test seam: tests pass their own rows)."""
-    sampler = StepBatchSampler(len(rows), batch_size, seed, start_step, rank, world_size)
+    """The masked-query stream starting at optimizer step ``start_step``, ``accum_steps`` micro-batches a step (the
+    test seam: tests pass their own rows)."""
+    sampler = StepBatchSampler(len(rows), batch_size, seed, start_step, rank, world_size, accum_steps)
     collator = PretrainCollator(special, max_query_length, cfg.masking, seed)
     return DataLoader(KeyedExamples(rows), batch_sampler=sampler, collate_fn=collator, num_workers=0)

@@ -3,20 +3,30 @@
 The index is never refreshed inside a step. The builder (another process) publishes new versions; a watcher thread
 loads them off the critical path; the loop swaps the newest one in between steps and blocks only when the index it
 has is more than ``max_staleness`` steps old (or when it has none yet).
+
+With N processes (DDP through accelerate) each process runs its own watcher and retrieves for its own micro-batches
+from its own read-only copy of the index. Which version is live is agreed collectively: a process swaps a version in
+only in the step in which every process has loaded that same version (one all-gather of an int per step), so all
+processes always search the same index and the swap step is the same everywhere. Waiting is collective too: every
+process takes part in each round of the wait (about one a second), a failure seen by any of them (the child builder
+gone, a timeout) ends the wait on all of them at once, and the staleness target is the main process's view.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import logging
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 
+from realm.batch import RealmBatch
 from realm.blocks import load_blocks
 from realm.config import save_config, to_dict
 from realm.encoder import KnowledgeAugmentedEncoder
@@ -41,7 +51,7 @@ from trainer.config import PretrainConfig
 from trainer.data import prepared_sentences, pretrain_loader
 from trainer.index_watcher import IndexWatcher
 from trainer.optim import build_optimizer
-from trainer.step import train_step
+from trainer.step import LOSS_UNITS, StepOutput, batch_counts, train_step
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +62,9 @@ class RunTotals:
 
     wall_s: float = 0.0
     index_wait_s: float = 0.0
+    """All time blocked on the index: the first one and refreshes past ``max_staleness``."""
+    refresh_wait_s: float = 0.0
+    """The part of ``index_wait_s`` spent on refreshes (everything after the first index of an invocation)."""
     num_index_refreshes: int = 0
     num_exports: int = 0
 
@@ -70,6 +83,22 @@ def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
     if cfg.train.init_encoder:
         encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.train.init_encoder)
     return RealmModel(retriever, encoder)
+
+
+@dataclass
+class WindowStats:
+    """What a log window accumulates: ``metric x count`` sums and counts (tensors, so no host sync per step)."""
+
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
+    num_steps: int = 0
+    retrieve_s: float = 0.0
+
+    def add(self, out: StepOutput) -> None:
+        for name, value in out.metrics.items():
+            count = out.counts[name].float()
+            self.sums[name] = self.sums.get(name, 0.0) + value.float() * count
+            self.counts[name] = self.counts.get(name, 0.0) + count
 
 
 class Trainer:
@@ -100,8 +129,14 @@ class Trainer:
         self.heldout_titles = gold_titles(cfg.data.heldout) if cfg.data.heldout else None
 
         model = build_model(cfg, len(self.tokenizer))
-        optimizer, scheduler = build_optimizer(model, cfg.optim, cfg.train.max_steps)
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(model, optimizer, scheduler)
+        optimizer, self.scheduler = build_optimizer(model, cfg.optim, cfg.train.max_steps)
+        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
+        # note: the scheduler is not prepared: accelerate's wrapper steps it once per process per call (it assumes a
+        # schedule counted in per-process batches), which runs warm-up and decay N times too fast with N processes.
+        # Ours counts optimizer steps, so it steps once per step and a run resumes the same on any number of them.
+        self.accelerator.register_for_checkpointing(self.scheduler)
+        self.num_processes = self.accelerator.num_processes
+        self.global_batch_size = cfg.train.batch_size * self.num_processes * cfg.train.grad_accum_steps
         self.loss_fn = get_loss(cfg.train.loss)
         self.schedule = cfg.refresh.schedule()
         self.totals = RunTotals()
@@ -117,7 +152,10 @@ class Trainer:
         )
         init_trackers(self.accelerator, cfg.tracking, self.run_dir, to_dict(cfg))
         self.watcher = IndexWatcher(self.run_dir, cfg.refresh.poll_interval_s)
+        self.pending = None
+        """A version this process's watcher loaded, newer than ``self.index``, not yet agreed on by all processes."""
         self.builder: subprocess.Popen | None = None
+        self._start_wall, self._wall_before = time.perf_counter(), self.totals.wall_s  # reset by run()
 
     @property
     def unwrapped(self) -> RealmModel:
@@ -170,15 +208,27 @@ class Trainer:
             f"--tracking.wandb_mode={t.wandb_mode}",
         ]
 
-    def _check_builder_alive(self) -> None:
-        """Called only while waiting: a child builder that has exited, even cleanly, will publish nothing more."""
-        if self.builder is not None and self.builder.poll() is not None:
-            raise RuntimeError(
-                f"the index builder exited with code {self.builder.returncode} while the trainer waits for an "
-                f"index; see {self.run_dir / 'builder.log'}"
-            )
+    def _gather_ints(self, *values: int) -> torch.Tensor:
+        """[num_processes, len(values)]: every process's ``values`` in rank order (one all-gather; none when alone)."""
+        local = torch.tensor([values], dtype=torch.long)
+        if self.num_processes == 1:
+            return local
+        return self.accelerator.gather(local.to(self.accelerator.device)).cpu()
 
-    def _swap(self, published) -> None:
+    def _take_loaded(self, published=None) -> int:
+        """Keeps the newest version the watcher has loaded as ``pending``; returns its step (-1: none pending)."""
+        published = published if published is not None else self.watcher.take()
+        newest = max(self.pending.step if self.pending else -1, self.index.step if self.index else -1)
+        if published is not None and published.step > newest:
+            self.pending = published
+        return self.pending.step if self.pending is not None else -1
+
+    def _swap_if_agreed(self, held: torch.Tensor, min_step: int = 0) -> bool:
+        """Swaps ``pending`` in when every process holds the same version of step >= ``min_step`` ([N] ``held``)."""
+        step = int(held[0])
+        if step < max(min_step, 0) or not bool((held == step).all()):
+            return False
+        published, self.pending = self.pending, None
         if published.step > self.step:
             logger.warning(
                 "index v%d was built from weights after this run's step %d (a run resumed from an "
@@ -191,44 +241,70 @@ class Trainer:
         logger.info(
             "step %d: swapped in index v%d (staleness %d)", self.step, published.step, self.step - published.step
         )
+        return True
 
-    def wait_for_index(self, min_step: int, timeout_s: float) -> None:
-        """Blocks until an index built from weights of step >= ``min_step`` is loaded; the time counts as waiting."""
+    def _wait_problem(self, timed_out: bool) -> int:
+        """0: keep waiting; 1: the child builder has exited (even cleanly, it will publish nothing more); 2: timeout."""
+        if self.builder is not None and self.builder.poll() is not None:
+            return 1
+        return 2 if timed_out else 0
+
+    def wait_for_index(self, min_step: int, timeout_s: float) -> float:
+        """Blocks until every process has loaded one same version of step >= ``min_step``, swaps it in, and returns
+        the seconds waited (also added to ``totals.index_wait_s``).
+
+        Collective: in each round (at most about a second) every process reports the version it holds and whether
+        it gives up, so all of them leave in the same round, swapping the same version or raising the same error.
+        A process ahead of the others (it has already seen a newer version) makes them wait for that one.
+        """
         start = time.perf_counter()
+        want = min_step
         while True:
-            self._check_builder_alive()
-            published = self.watcher.wait_for(min_step, timeout_s=1.0)
-            if published is not None:
-                self._swap(published)
-                break
-            if time.perf_counter() - start > timeout_s:
+            held = self._take_loaded()
+            if held < want:
+                held = self._take_loaded(self.watcher.wait_for(want, timeout_s=1.0))
+            # note: a process that holds what it needs does not give up, e.g. on a builder that published it and exited
+            problem = self._wait_problem(time.perf_counter() - start > timeout_s) if held < want else 0
+            rows = self._gather_ints(held, problem)
+            problem = int(rows[:, 1].max())
+            if problem == 1:
+                code = self.builder.returncode if self.builder is not None else "?"
+                raise RuntimeError(
+                    f"the index builder exited with code {code} while the trainer waits for an index; "
+                    f"see {self.run_dir / 'builder.log'}"
+                )
+            if problem == 2:
                 raise TimeoutError(
                     f"no index of step >= {min_step} appeared in {self.run_dir / 'index'} "
                     f"within {timeout_s:.0f} s; is the builder running?"
                 )
-        self.totals.index_wait_s += time.perf_counter() - start
+            if self._swap_if_agreed(rows[:, 0], min_step):
+                break
+            want = max(min_step, int(rows[:, 0].max()))
+        waited = time.perf_counter() - start
+        self.totals.index_wait_s += waited
+        return waited
 
     def maybe_swap_index(self) -> None:
-        """Between steps: take a newer index if the watcher has one; block only past ``max_staleness``."""
-        published = self.watcher.take()
-        if published is not None and (self.index is None or published.step > self.index.step):
-            self._swap(published)
+        """Between steps: swap in a newer index once every process has it; block only past ``max_staleness``."""
+        self._swap_if_agreed(self._gather_ints(self._take_loaded())[:, 0])
         staleness = self.step - self.index.step
         if staleness > self.cfg.refresh.max_staleness:
-            latest = latest_retriever_export(self.run_dir)
-            target = latest[0] if latest else self.step
+            # note: every process takes this branch together (same step, same index); the target is the main
+            # process's view, since it writes the exports and may have just published one the others cannot see yet
+            latest = latest_retriever_export(self.run_dir) if self.accelerator.is_main_process else None
+            target = int(self._gather_ints(latest[0] if latest else self.step)[0, 0])
             if target > self.index.step:
                 logger.info(
                     "index is %d steps stale (> %d): waiting for v%d", staleness, self.cfg.refresh.max_staleness, target
                 )
-                self.wait_for_index(target, self.cfg.refresh.initial_index_timeout_s)
+                self.totals.refresh_wait_s += self.wait_for_index(target, self.cfg.refresh.initial_index_timeout_s)
 
     # ------------------------------------------------------------------------------------------- loop
 
     def run(self) -> dict:
         cfg = self.cfg
-        start_wall = time.perf_counter()
-        wall_before = self.totals.wall_s
+        self._start_wall, self._wall_before = time.perf_counter(), self.totals.wall_s
         if self.accelerator.is_main_process:
             clear_done(self.run_dir)
             clean_staging(retriever_dir(self.run_dir))  # exports a crashed trainer left half-written
@@ -238,6 +314,15 @@ class Trainer:
             self.export_retriever()
         self.start_builder()
         self.watcher.start()
+        logger.info(
+            "training on %d process(es) x batch %d x %d micro-batch(es) = global batch %d (%s, mixed precision %s)",
+            self.num_processes,
+            cfg.train.batch_size,
+            cfg.train.grad_accum_steps,
+            self.global_batch_size,
+            self.accelerator.distributed_type,
+            self.accelerator.mixed_precision,
+        )
         self.wait_for_index(0, cfg.refresh.initial_index_timeout_s)
 
         loader = pretrain_loader(
@@ -249,73 +334,108 @@ class Trainer:
             seed=cfg.train.seed,
             start_step=self.step,
             rank=self.accelerator.process_index,
-            world_size=self.accelerator.num_processes,
+            world_size=self.num_processes,
+            accum_steps=cfg.train.grad_accum_steps,
         )
-        window: list[dict] = []
+        micro_batches = iter(loader)
+        window = WindowStats()
         t_window = time.perf_counter()
         last_step = min(cfg.train.max_steps, cfg.train.stop_at_step or cfg.train.max_steps)
         bar = progress(last_step, "training", unit="step", initial=self.step, enabled=self.accelerator.is_main_process)
-        for batch in loader:
-            if self.step >= last_step:
-                break
+        while self.step < last_step:
             self.maybe_swap_index()
-            batch = batch.to(self.accelerator.device)
-            t0 = time.perf_counter()
-            self.model.eval()  # note: deterministic query embeddings for the search (no dropout)
-            with torch.no_grad():
-                query_emb = self.unwrapped.embed_queries(batch)
-            self.model.train()
-            batch = retrieve(
-                query_emb,
-                batch,
-                self.index,
-                self.store,
-                self.special,
-                cfg.retriever,
-            ).to(self.accelerator.device)
-            retrieve_s = time.perf_counter() - t0
-            out = train_step(self.model, batch, self.loss_fn)
-            self.accelerator.backward(out.loss)
-            if cfg.optim.max_grad_norm > 0:
-                self.accelerator.clip_grad_norm_(self.model.parameters(), cfg.optim.max_grad_norm)
-            self.optimizer.step()
-            self.scheduler.step()
-            self.optimizer.zero_grad(set_to_none=True)
+            batch, out = self.optimizer_step(list(itertools.islice(micro_batches, cfg.train.grad_accum_steps)), window)
             self.step += 1
             bar.update(1)
-            window.append({**out.metrics, "retrieve_s": retrieve_s})
 
             if self.schedule.is_due(self.step):
                 self.export_retriever()
             if self.step % cfg.train.log_interval == 0 or self.step == last_step:
                 self.log_window(window, time.perf_counter() - t_window)
-                window, t_window = [], time.perf_counter()
+                window, t_window = WindowStats(), time.perf_counter()
             if cfg.tracking.is_inspect_due(self.step) and self.accelerator.is_main_process:
                 self.log_retrievals(batch, out.output)
             if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
                 self.evaluate()
             if self.step % cfg.train.save_interval == 0 or self.step == last_step:
-                self.totals.wall_s = wall_before + time.perf_counter() - start_wall
+                self.totals.wall_s = self._wall_now()
                 self.save()
         bar.close()
-        self.totals.wall_s = wall_before + time.perf_counter() - start_wall
+        self.totals.wall_s = self._wall_now()
         return self.summary()
 
-    def log_window(self, window: list[dict], seconds: float) -> None:
-        """Averages the window's metrics across steps and processes, then logs them once."""
-        keys = [k for k in window[0] if k != "retrieve_s"]
-        stacked = torch.stack([torch.stack([w[k].float() for k in keys]) for w in window]).mean(0)
-        stacked = self.accelerator.reduce(stacked.to(self.accelerator.device), reduction="mean")
-        metrics = {f"train/{k}": v for k, v in zip(keys, stacked.tolist())}
+    def _wall_now(self) -> float:
+        """Wall seconds of the whole run so far, earlier invocations of a resumed run included."""
+        return self._wall_before + time.perf_counter() - self._start_wall
+
+    def optimizer_step(self, micro_batches: list[RealmBatch], window: WindowStats) -> tuple[RealmBatch, StepOutput]:
+        """Retrieval, forward and backward for each of this process's micro-batches, then one optimizer step.
+
+        Each micro-batch's mean loss is weighted by its share of the units (masked tokens for the REALM loss) of the
+        whole global batch, times the number of processes since DDP averages gradients over them. The accumulated
+        gradient is then exactly that of the global batch's mean loss: N processes x A micro-batches step like one
+        process with the whole batch, even when masks differ in length or the collator rejected examples.
+        Returns the last micro-batch and its ``StepOutput`` (for retrieval tables).
+        """
+        unit = LOSS_UNITS[self.cfg.train.loss]
+        local = torch.stack([batch_counts(b)[unit] for b in micro_batches]).float()
+        total = local.sum()
+        if self.num_processes > 1:
+            total = self.accelerator.reduce(total.to(self.accelerator.device), reduction="sum").cpu()
+        weights = local * self.num_processes / total.clamp_min(1.0)
+        for i, batch in enumerate(micro_batches):
+            t0 = time.perf_counter()
+            batch = self.attach_candidates(batch.to(self.accelerator.device))
+            window.retrieve_s += time.perf_counter() - t0
+            # note: accelerate's accumulate() would divide each loss by the number of micro-batches; the weights above
+            # already normalise by the global count, so only the all-reduce is deferred to the last micro-batch
+            last = i == len(micro_batches) - 1
+            with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
+                out = train_step(self.model, batch, self.loss_fn, unit)
+                self.accelerator.backward(out.loss * weights[i].item())
+            window.add(out)
+        if self.cfg.optim.max_grad_norm > 0:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.optim.max_grad_norm)
+        self.optimizer.step()
+        if not self.accelerator.optimizer_step_was_skipped:  # note: fp16 skips steps whose gradients overflowed
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        window.num_steps += 1
+        return batch, out
+
+    def attach_candidates(self, batch: RealmBatch) -> RealmBatch:
+        """Attaches this process's K candidates per query, searched with the live query embedder (no dropout)."""
+        self.model.eval()
+        with torch.no_grad(), self.accelerator.autocast():
+            query_emb = self.unwrapped.embed_queries(batch)
+        self.model.train()
+        return retrieve(query_emb, batch, self.index, self.store, self.special, self.cfg.retriever).to(
+            self.accelerator.device
+        )
+
+    def log_window(self, window: WindowStats, seconds: float) -> None:
+        """Metrics of the window: sums and counts reduced over processes, then one mean each, logged once."""
+        keys = sorted(window.sums)
+        stacked = torch.stack(
+            [torch.stack([window.sums[k] for k in keys]), torch.stack([window.counts[k] for k in keys])]
+        )
+        if self.num_processes > 1:
+            stacked = self.accelerator.reduce(stacked.to(self.accelerator.device), reduction="sum")
+        means = (stacked[0] / stacked[1].clamp_min(1.0)).tolist()
+        metrics = {f"train/{k}": v for k, v in zip(keys, means)}
+        wall = self._wall_now()
         metrics.update(
             {
                 "train/lr": self.scheduler.get_last_lr()[0],
                 "index/version": self.index.step,
                 "index/staleness": max(self.step - self.index.step, 0),
                 "index/num_refreshes": self.totals.num_index_refreshes,
-                "time/step_s": seconds / len(window),
-                "time/retrieve_s": sum(w["retrieve_s"] for w in window) / len(window),
+                "time/step_s": seconds / window.num_steps,
+                "time/retrieve_s": window.retrieve_s / window.num_steps,
                 "time/index_wait_s": self.totals.index_wait_s,
+                "time/index_wait_fraction": self.totals.index_wait_s / wall if wall else 0.0,
+                "time/refresh_wait_fraction": self.totals.refresh_wait_s / wall if wall else 0.0,
+                "train/world_size": self.num_processes,
             }
         )
         plain = self.metrics.log(metrics, self.step)
@@ -371,9 +491,12 @@ class Trainer:
         totals = self.totals
         return {
             "step": self.step,
+            "world_size": self.num_processes,
+            "global_batch_size": self.global_batch_size,
             "wall_seconds": totals.wall_s,
             "num_index_refreshes": totals.num_index_refreshes,
             "trainer_wait_fraction": totals.index_wait_s / totals.wall_s if totals.wall_s else 0.0,
+            "refresh_wait_fraction": totals.refresh_wait_s / totals.wall_s if totals.wall_s else 0.0,
             "index_wait_seconds": totals.index_wait_s,
             "final_index_version": self.index.step if self.index else None,
             "num_retriever_exports": totals.num_exports,

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Open-domain QA fine-tuning (trainer.finetune) under accelerate; the index is frozen, so there is no builder.
+#   TOPOLOGY=multi_cpu launch/finetune.sh --config configs/finetune/demo.yaml --init-run runs/demo --task jsonl \
+#       --train Q.jsonl --dev D.jsonl --out runs/qa
+#   launch/finetune.sh --config configs/finetune/demo.yaml --init-run runs/base --task nq ...   # a node with GPUs
+# Knobs (environment variables): TOPOLOGY, NUM_PROCESSES, MIXED_PRECISION, MAIN_PROCESS_PORT and, for multi_node,
+# NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, as in launch/pretrain.sh; TRAINER_GPUS: GPU ids to train on
+# (default: all visible; NUM_PROCESSES defaults to one process per GPU, times NUM_MACHINES).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=launch/common.sh
+source launch/common.sh
+launch_setup
+
+if ! is_cpu_topology; then
+    TRAINER_GPUS="${TRAINER_GPUS:-$(visible_gpus)}"
+    if [[ -z "$TRAINER_GPUS" ]]; then
+        echo "launch/finetune.sh: TOPOLOGY=$TOPOLOGY but no GPU is visible (TOPOLOGY=single_cpu for CPU)" >&2
+        exit 2
+    fi
+    export CUDA_VISIBLE_DEVICES="$TRAINER_GPUS"
+    if [[ -z "${NUM_PROCESSES:-}" ]]; then
+        LAUNCH_ARGS+=(--num_processes "$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))")
+    fi
+fi
+exec accelerate launch "${LAUNCH_ARGS[@]}" -m trainer.finetune "$@"
