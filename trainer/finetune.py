@@ -152,7 +152,10 @@ class Finetuner:
             self.index.path,
         )
         optimizer, scheduler = build_optimizer(start.model, cfg.optim, max(cfg.finetune.max_steps, 1))
-        self.model, self.optimizer, self.scheduler = self.accelerator.prepare(start.model, optimizer, scheduler)
+        # note: the scheduler stays unprepared: accelerate would step a prepared one once per process per call, so
+        # with N processes the schedule would run N times too fast
+        self.model, self.optimizer = self.accelerator.prepare(start.model, optimizer)
+        self.scheduler = scheduler
         self.metrics = MetricsLogger(self.out / "metrics.jsonl" if is_main else None, self.accelerator)
         self.evaluations: list[tuple[int, dict[str, float]]] = []
         """(step, dev metrics) of each evaluation so far, on the main process."""

@@ -105,7 +105,8 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
         else Retriever.from_config(bert_config, cfg.retriever)
     )
     optimizer, scheduler = build_optimizer(retriever, cfg.optim, cfg.ict.max_steps)
-    model, optimizer, scheduler = accelerator.prepare(retriever, optimizer, scheduler)
+    # note: the scheduler stays unprepared (a prepared one steps once per process per call: N times too fast)
+    model, optimizer = accelerator.prepare(retriever, optimizer)
     sampler = StepBatchSampler(
         len(rows), cfg.ict.batch_size, cfg.ict.seed, 0, accelerator.process_index, accelerator.num_processes
     )
