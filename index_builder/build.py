@@ -6,6 +6,13 @@ It polls with a sleep (never a busy loop), always builds the newest export (inte
 freshest index matters to the trainer), and exits when the trainer has written ``RUN/DONE`` and everything is
 indexed. SIGTERM/SIGINT stop it between batches; the half-built staging folder is removed, and even a SIGKILL can
 only leave an unpublished ``.staging-*`` folder that the next start deletes. One builder per run (a lock enforces it).
+
+With ``--enable_distributed=true`` under a launcher, N processes build each version together (``sharded.py``):
+rank 0 holds the lock, polls and decides, every rank embeds its shard of the corpus, rank 0 publishes.
+
+    torchrun --standalone --nproc_per_node 2 -m index_builder.build --config C --run_dir RUN --enable_distributed=true
+    CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc_per_node 4 -m index_builder.build --config C \
+        --run_dir RUN --enable_distributed=true --device=cuda     # the builder on GPUs 4-7, the trainer on 0-3
 """
 
 from __future__ import annotations
@@ -23,7 +30,10 @@ from pathlib import Path
 import faiss
 import torch
 
+from index_builder.group import BuilderGroup
 from index_builder.publish import build_index_version
+from index_builder.sharded import build_index_version_sharded
+from index_builder.shards import remove_shard_folders
 from realm import run_dir as rd
 from realm.config import ConfigError, load_config, to_dict
 from realm.embedding import BuildCancelled
@@ -51,7 +61,15 @@ class IndexBuilderConfig:
     num_threads: int = 0
     """Torch and FAISS CPU threads; 0 leaves the defaults (the trainer passes 1 when it shares a small box)."""
     device: str = "cpu"
-    """Device of the document embedder, e.g. "cpu" or "cuda:1"."""
+    """Device of the document embedder, e.g. "cpu" or "cuda:1"; with ``enable_distributed`` "cpu" or "cuda" (each
+    rank takes its local GPU; give the builder its own GPUs with ``CUDA_VISIBLE_DEVICES``)."""
+    enable_distributed: bool = False
+    """Join the process group of a launcher (``torchrun``, ``accelerate launch``) and build each version with all its
+    processes, one corpus shard each. Off by default, so a builder spawned by a multi-process trainer (which inherits
+    the trainer's launcher variables) never joins the trainer's group."""
+    collective_timeout_s: float = 3600.0
+    """With ``enable_distributed``: how long a rank waits for its peers (the slowest shard, and rank 0's FAISS build
+    and publish) before failing loudly."""
     once: bool = False
     """Build the newest export if the index is behind it, then exit."""
     exit_when_done: bool = True
@@ -70,6 +88,13 @@ class IndexBuilderConfig:
             raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be >= 0, got {self.num_threads}")
+        if self.collective_timeout_s <= 0:
+            raise ValueError(f"collective_timeout_s must be positive, got {self.collective_timeout_s}")
+        if self.enable_distributed and self.device not in ("cpu", "cuda"):
+            raise ValueError(
+                f"with enable_distributed, device must be 'cpu' or 'cuda' (each rank takes its local GPU), got "
+                f"{self.device!r}; choose the builder's GPUs with CUDA_VISIBLE_DEVICES"
+            )
 
 
 def current_index_step(run_dir: str) -> int:
@@ -79,21 +104,30 @@ def current_index_step(run_dir: str) -> int:
     return int(manifest["step"]) if manifest is not None else -1
 
 
-def _build(cfg: IndexBuilderConfig, step: int, path: Path, current: int, stop: threading.Event, tracker=None) -> None:
-    exports = rd.list_published(rd.retriever_dir(cfg.run_dir), rd.RETRIEVER_PREFIX)
-    skipped = [s for s, _ in exports if current < s < step]
-    logger.info("building index for retriever step %d (live index: %d; skipping exports %s)", step, current, skipped)
+def _build(
+    cfg: IndexBuilderConfig,
+    step: int,
+    path: Path,
+    current: int,
+    stop: threading.Event,
+    group: BuilderGroup,
+    tracker=None,
+) -> None:
+    if group.is_main:
+        exports = rd.list_published(rd.retriever_dir(cfg.run_dir), rd.RETRIEVER_PREFIX)
+        skipped = [s for s, _ in exports if current < s < step]
+        logger.info(
+            "building index for retriever step %d (live index: %d; skipping exports %s)", step, current, skipped
+        )
     started = time.monotonic()
-    version = build_index_version(
-        cfg.run_dir,
-        step,
-        path,
-        cfg.index,
-        batch_size=cfg.batch_size,
-        keep_versions=cfg.keep_versions,
-        device=cfg.device,
-        should_stop=stop.is_set,
-    )
+    options = dict(batch_size=cfg.batch_size, keep_versions=cfg.keep_versions, should_stop=stop.is_set)
+    if cfg.enable_distributed:
+        device = "cpu" if cfg.device == "cpu" else str(group.device)
+        version = build_index_version_sharded(cfg.run_dir, step, path, cfg.index, group, device=device, **options)
+    else:
+        version = build_index_version(cfg.run_dir, step, path, cfg.index, device=cfg.device, **options)
+    if not group.is_main:
+        return
     seconds = time.monotonic() - started
     num = rd.read_manifest(version)["num_vectors"]
     logger.info("published %s: %d blocks in %.1f s (%.0f blocks/s)", version.name, num, seconds, num / seconds)
@@ -110,13 +144,45 @@ def _build(cfg: IndexBuilderConfig, step: int, path: Path, current: int, stop: t
 
 
 @contextlib.contextmanager
-def _tracked(cfg: IndexBuilderConfig):
-    """A W&B run in the trainer's group (or None without W&B), finished however the loop ends."""
-    tracker = init_builder_run(cfg.tracking, Path(cfg.run_dir), to_dict(cfg))
+def _tracked(cfg: IndexBuilderConfig, group: BuilderGroup):
+    """A W&B run in the trainer's group (or None without W&B, and on ranks > 0), finished however the loop ends."""
+    tracker = init_builder_run(cfg.tracking, Path(cfg.run_dir), to_dict(cfg)) if group.is_main else None
     try:
         yield tracker
     finally:
         finish_builder_run(tracker)
+
+
+@contextlib.contextmanager
+def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
+    """Rank 0 takes the run's builder lock and removes what crashed builders left; if it cannot, every rank fails."""
+    index_dir = rd.index_dir(cfg.run_dir)
+    with contextlib.ExitStack() as stack:
+
+        def take() -> None:
+            stack.enter_context(rd.exclusive_lock(index_dir / LOCK_FILE))
+            for stale in rd.clean_staging(index_dir):
+                logger.info("removed stale staging folder %s", stale)
+            # note: finished shards of the newest export, not indexed yet, are what a crashed N-process build leaves
+            # to reuse; any other shards can never be used again
+            latest = rd.latest_retriever_export(cfg.run_dir)
+            pending = latest is not None and latest[0] > current_index_step(cfg.run_dir)
+            for stale in remove_shard_folders(cfg.run_dir, {latest[2]["weights_sha256"]} if pending else set()):
+                logger.info("removed shards of another retriever version %s", stale)
+
+        group.from_main(take)
+        yield
+
+
+def _decide(cfg: IndexBuilderConfig, failed_step: int | None) -> tuple:
+    """Rank 0's next move: ("build", step, path, live step), ("wait",) or ("exit",)."""
+    # note: read DONE before listing exports; the trainer writes its last export, then DONE.
+    done = cfg.exit_when_done and rd.is_done(cfg.run_dir)
+    latest = rd.latest_retriever_export(cfg.run_dir)
+    current = current_index_step(cfg.run_dir)
+    if latest is not None and latest[0] > current and latest[0] != failed_step:
+        return ("build", latest[0], str(latest[1]), current)
+    return ("exit",) if cfg.once or done else ("wait",)
 
 
 def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None) -> int:
@@ -131,34 +197,45 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
         faiss.omp_set_num_threads(cfg.num_threads)
-    index_dir = rd.index_dir(cfg.run_dir)
+    group = BuilderGroup.join(cfg.device, cfg.collective_timeout_s) if cfg.enable_distributed else BuilderGroup()
+    try:
+        if cfg.enable_distributed:
+            init_logging(is_main_process=group.is_main)
+            logger.info("index builder: %d process(es), rank 0 on %s", group.world_size, group.device)
+            if group.world_size == 1:
+                logger.warning("enable_distributed but the launcher started ONE process (see DESIGN.md section 3)")
+        return _loop(cfg, stop, group)
+    finally:
+        group.close()
+
+
+def _loop(cfg: IndexBuilderConfig, stop: threading.Event, group: BuilderGroup) -> int:
+    """The poll-build loop; rank 0 decides each move and every rank follows it (one process: trivially)."""
     built, failed_step = 0, None
-    with rd.exclusive_lock(index_dir / LOCK_FILE), _tracked(cfg) as tracker:
-        for stale in rd.clean_staging(index_dir):
-            logger.info("removed stale staging folder %s", stale)
-        while not stop.is_set():
-            # note: read DONE before listing exports; the trainer writes its last export, then DONE.
-            done = cfg.exit_when_done and rd.is_done(cfg.run_dir)
-            latest = rd.latest_retriever_export(cfg.run_dir)
-            current = current_index_step(cfg.run_dir)
-            if latest is not None and latest[0] > current and latest[0] != failed_step:
-                try:
-                    _build(cfg, latest[0], latest[1], current, stop, tracker)
-                    built += 1
-                except BuildCancelled as err:
-                    logger.info("build for step %d cancelled: %s", latest[0], err)
-                    break
-                except Exception:
-                    if cfg.once:
-                        raise
-                    logger.exception("build for step %d failed; waiting for a newer export", latest[0])
-                    failed_step = latest[0]
-                if cfg.once:
-                    break
-                continue  # note: a newer export may have arrived during the build
-            if cfg.once or done:
+    with _hold_run(cfg, group), _tracked(cfg, group) as tracker:
+        # note: a stop on any rank stops all (the launcher signals every rank, but a rank may be signalled alone)
+        while not any(group.all_gather(stop.is_set())):
+            decision = group.from_main(lambda: _decide(cfg, failed_step))
+            if decision[0] == "exit":
                 break
-            time.sleep(cfg.poll_interval_s)
+            if decision[0] == "wait":
+                time.sleep(cfg.poll_interval_s)
+                continue
+            _, step, path, current = decision
+            try:
+                _build(cfg, step, Path(path), current, stop, group, tracker)
+                built += 1
+            except BuildCancelled as err:
+                logger.info("build for step %d cancelled: %s", step, err)
+                break
+            except Exception:
+                if cfg.once:
+                    raise
+                logger.exception("build for step %d failed; waiting for a newer export", step)
+                failed_step = step
+            if cfg.once:
+                break
+            # note: a newer export may have arrived during the build; decide again at once
     return built
 
 

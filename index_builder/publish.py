@@ -7,6 +7,7 @@ was. Layout and manifest fields belong to ``realm.run_dir``; this module only pr
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import shutil
 import time
@@ -20,6 +21,8 @@ from transformers import AutoTokenizer
 from realm import run_dir as rd
 from realm.embedding import embed_blocks
 from realm.index import FaissIndex, IndexConfig
+from realm.index_budget import plan_index
+from realm.index_gpu import num_gpus
 from realm.packing import SpecialIds
 from realm.retriever import Retriever
 
@@ -44,9 +47,15 @@ def publish_embeddings(
     extra: dict | None = None,
 ) -> Path:
     """Given ``staging/embeddings.npy`` ([N, D] float32, row i = block i), builds the FAISS index and block ids and
-    publishes the folder as ``index/v-{step:08d}``. CURRENT is not touched."""
+    publishes the folder as ``index/v-{step:08d}``. CURRENT is not touched.
+
+    The factory is ``cfg.factory``, or under ``cfg.memory_budget_gb`` the one ``plan_index`` picks; the plan (with
+    its expected size) is logged and recorded in the manifest.
+    """
     embeddings = np.load(staging / rd.EMBEDDINGS_FILE, mmap_mode="r")
-    FaissIndex.build(embeddings, cfg).save(staging / rd.FAISS_FILE)
+    plan = plan_index(embeddings.shape[0], embeddings.shape[1], cfg, num_gpus())
+    logger.info("%s", plan.describe())
+    FaissIndex.build(embeddings, dataclasses.replace(cfg, factory=plan.factory)).save(staging / rd.FAISS_FILE)
     np.save(staging / rd.BLOCK_IDS_FILE, np.arange(len(embeddings), dtype=np.int64))
     del embeddings
     return rd.publish_index_version(
@@ -55,9 +64,9 @@ def publish_embeddings(
         step=step,
         weights_sha256=weights_sha256,
         corpus_fingerprint=corpus_fingerprint,
-        factory=cfg.factory,
+        factory=plan.factory,
         started=started,
-        extra=extra,
+        extra={**plan.manifest_fields(), **(extra or {})},
     )
 
 
@@ -66,6 +75,31 @@ def activate(run_dir: str | Path, version: Path, keep_versions: int) -> None:
     rd.set_current_index(run_dir, version)
     for removed in rd.prune(rd.index_dir(run_dir), rd.INDEX_PREFIX, keep_versions):
         logger.info("pruned index version %s", removed.name)
+
+
+def activate_if_built(run_dir: str | Path, export_step: int, export: dict, keep_versions: int) -> Path | None:
+    """Activates ``index/v-{export_step}`` when it is already published from the export's weights (a builder that
+    died between the rename and the CURRENT flip) and returns it; otherwise removes any version of that step built
+    from other weights (a re-export after a resume) and returns None."""
+    final = rd.index_dir(run_dir) / rd.folder_name(rd.INDEX_PREFIX, export_step)
+    existing = rd.read_manifest(final)
+    if existing is not None and existing.get("weights_sha256") == export["weights_sha256"]:
+        logger.info("index version %s already built; activating it", final.name)
+        activate(run_dir, final, keep_versions)
+        return final
+    if final.exists():
+        rd.remove_folder(final)
+    return None
+
+
+def remove_older_exports(run_dir: str | Path, export_step: int) -> None:
+    """Exports older than the live index can never be built again (the builder always takes the newest)."""
+    for step, path in rd.list_published(rd.retriever_dir(run_dir), rd.RETRIEVER_PREFIX):
+        if step < export_step:
+            try:
+                rd.remove_folder(path)
+            except OSError as err:
+                logger.warning("could not remove old retriever export %s: %s", path, err)
 
 
 def build_index_version(
@@ -89,14 +123,9 @@ def build_index_version(
     export = rd.read_manifest(export_path)
     if export is None:
         raise FileNotFoundError(f"{export_path} is not a published retriever export")
-    final = rd.index_dir(run_dir) / rd.folder_name(rd.INDEX_PREFIX, export_step)
-    existing = rd.read_manifest(final)
-    if existing is not None and existing.get("weights_sha256") == export["weights_sha256"]:
-        logger.info("index version %s already built; activating it", final.name)
-        activate(run_dir, final, keep_versions)
-        return final
-    if final.exists():  # note: built from other weights at the same step (re-export after a resume)
-        rd.remove_folder(final)
+    built = activate_if_built(run_dir, export_step, export, keep_versions)
+    if built is not None:
+        return built
 
     embedder = Retriever.from_pretrained(export_path).doc_embedder.to(device)
     blocks = datasets.load_from_disk(export["blocks"])
@@ -128,11 +157,5 @@ def build_index_version(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     activate(run_dir, version, keep_versions)
-    # note: exports older than the live index can never be built again (the builder always takes the newest).
-    for step, path in rd.list_published(rd.retriever_dir(run_dir), rd.RETRIEVER_PREFIX):
-        if step < export_step:
-            try:
-                rd.remove_folder(path)
-            except OSError as err:
-                logger.warning("could not remove old retriever export %s: %s", path, err)
+    remove_older_exports(run_dir, export_step)
     return version

@@ -4,10 +4,15 @@
 small corpora. ``FaissIndex`` wraps any FAISS factory string built with ``METRIC_INNER_PRODUCT``: ``"Flat"`` is exact,
 ``"HNSW32"`` and ``"IVF{n},PQ{m}"`` trade recall for speed and memory at the 13M-block scale of REALM. Both return
 scores best first, and clamp ``k`` to the number of indexed vectors (so the result has ``min(k, N)`` columns).
+
+With faiss-gpu (``faiss.get_num_gpus() > 0``), IVF indexes train and fill on the GPUs and a loaded index can be
+searched sharded over all GPUs (``realm/index_gpu.py``); ``memory_budget_gb`` chooses between exact and compressed
+(``realm/index_budget.py``). With faiss-cpu nothing of that runs and the CPU path is unchanged.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +22,10 @@ import faiss
 import numpy as np
 import torch
 from torch import Tensor
+
+from realm import index_gpu
+
+logger = logging.getLogger(__name__)
 
 # note: a probe dimension for validating factory strings before the real dimension is known; 960 = 2^6 * 3 * 5 is
 # divisible by every usual PQ sub-quantizer count (1..64), so a valid "IVF..,PQm" string is not rejected early.
@@ -51,6 +60,16 @@ class IndexConfig:
     """Vectors sampled to train indexes that need training (IVF, PQ); the whole corpus when it is smaller."""
     seed: int = 0
     """Seed of the training sample, so a rebuild from the same embeddings gives the same index."""
+    memory_budget_gb: float = 0.0
+    """Memory the index may take on each device holding it (CPU RAM, or each GPU's shard with
+    ``enable_gpu_search``); 0 builds ``factory`` as given. When set, the builder keeps exact ``Flat`` if it fits and
+    otherwise builds the finest ``IVF{n},PQ{m}`` that does, ignoring ``factory``; the choice and its expected size
+    are logged and recorded in the manifest (``expected_index_bytes``)."""
+    enable_gpu: bool = True
+    """Train and fill IVF indexes on the GPUs when faiss-gpu reports any (the published index is a CPU index)."""
+    enable_gpu_search: bool = False
+    """Search a loaded index sharded over all FAISS GPUs, flat in fp16. Off by default: every process that loads the
+    index (each trainer rank) would put its own copy on every GPU."""
 
     def __post_init__(self) -> None:
         if self.nprobe <= 0:
@@ -59,6 +78,8 @@ class IndexConfig:
             raise ValueError(f"ef_search must be positive, got {self.ef_search}")
         if self.train_sample <= 0:
             raise ValueError(f"train_sample must be positive, got {self.train_sample}")
+        if self.memory_budget_gb < 0:
+            raise ValueError(f"memory_budget_gb must be >= 0 (0 = no budget), got {self.memory_budget_gb}")
         check_factory(self.factory)
 
 
@@ -77,6 +98,23 @@ def check_factory(factory: str, dim: int | None = None) -> None:
     except RuntimeError as err:
         where = f" for dimension {dim}" if dim else ""
         raise ValueError(f"invalid FAISS factory string {factory!r}{where}: {_faiss_message(err)}") from None
+
+
+def _ivf_of(index: faiss.Index) -> faiss.IndexIVF | None:
+    """The IVF part of ``index`` (through pre-transforms), or None when it is not an IVF index."""
+    try:
+        return faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return None
+
+
+def _skip_polysemous_training(index: faiss.Index) -> None:
+    """FAISS trains 8-bit PQ codes for polysemous (Hamming-filtered) search by default: ~30 s of annealing per build
+    that only reorders the codes, and we never search in Hamming space, so results are the same without it."""
+    ivf = _ivf_of(index)
+    inner = faiss.downcast_index(ivf if ivf is not None else index)
+    if hasattr(inner, "do_polysemous_training"):
+        inner.do_polysemous_training = False
 
 
 def _as_numpy_queries(queries: Tensor) -> np.ndarray:
@@ -110,11 +148,12 @@ class BruteForceIndex:
 class FaissIndex:
     """A FAISS index with inner-product metric; saved with FAISS's own serialisation (never pickle)."""
 
-    def __init__(self, index: faiss.Index, factory: str) -> None:
+    def __init__(self, index: faiss.Index, factory: str, on_gpu: bool = False) -> None:
         if index.metric_type != faiss.METRIC_INNER_PRODUCT:
             raise ValueError(f"FaissIndex needs METRIC_INNER_PRODUCT, got metric {index.metric_type}")
         self.index = index
         self.factory = factory
+        self.on_gpu = on_gpu
 
     @classmethod
     def build(cls, embeddings: np.ndarray, cfg: IndexConfig) -> "FaissIndex":
@@ -128,6 +167,9 @@ class FaissIndex:
         num, dim = embeddings.shape
         check_factory(cfg.factory, dim)
         index = faiss.index_factory(dim, cfg.factory, faiss.METRIC_INNER_PRODUCT)
+        _skip_polysemous_training(index)
+        # note: only IVF gains from GPUs here (k-means, assignment); a flat add is a memcpy, HNSW has no GPU form
+        gpus = cfg.enable_gpu and index_gpu.num_gpus() > 0 and _ivf_of(index) is not None
         if not index.is_trained:
             if num > cfg.train_sample:
                 rows = np.sort(np.random.default_rng(cfg.seed).choice(num, cfg.train_sample, replace=False))
@@ -135,29 +177,43 @@ class FaissIndex:
             else:
                 sample = np.ascontiguousarray(embeddings, dtype=np.float32)
             try:
-                index.train(sample)
+                if gpus:
+                    index_gpu.train_on_gpus(index, sample)
+                else:
+                    index.train(sample)
             except RuntimeError as err:
                 raise ValueError(
                     f"FAISS could not train {cfg.factory!r} on {len(sample)} vectors: {_faiss_message(err)}; "
                     "use fewer lists / sub-quantizers, or 'Flat' for a small corpus"
                 ) from None
-        for start in range(0, num, _ADD_CHUNK):
-            index.add(np.ascontiguousarray(embeddings[start : start + _ADD_CHUNK], dtype=np.float32))
+        if gpus:
+            index = index_gpu.add_on_gpu(index, embeddings, _ADD_CHUNK)
+        else:
+            for start in range(0, num, _ADD_CHUNK):
+                index.add(np.ascontiguousarray(embeddings[start : start + _ADD_CHUNK], dtype=np.float32))
         out = cls(index, cfg.factory)
         out.configure(cfg)
         return out
 
     @classmethod
     def load(cls, path: str | Path, cfg: IndexConfig | None = None) -> "FaissIndex":
-        """Reads an index written by ``save``; ``cfg`` (if given) sets its search parameters."""
+        """Reads an index written by ``save``; ``cfg`` (if given) sets its search parameters, and with
+        ``cfg.enable_gpu_search`` and faiss-gpu the index is searched sharded over all GPUs."""
         index = faiss.read_index(str(path))
-        out = cls(index, cfg.factory if cfg else "")
+        on_gpu = cfg is not None and cfg.enable_gpu_search and index_gpu.num_gpus() > 0
+        if on_gpu:
+            try:
+                index = index_gpu.to_all_gpus(index)
+            except RuntimeError as err:  # note: e.g. HNSW has no GPU form; searching on CPU still works
+                logger.warning("cannot search %s on GPUs (%s); searching on CPU", path, _faiss_message(err))
+                on_gpu = False
+        out = cls(index, cfg.factory if cfg else "", on_gpu=on_gpu)
         if cfg is not None:
             out.configure(cfg)
         return out
 
     def save(self, path: str | Path) -> None:
-        faiss.write_index(self.index, str(path))
+        faiss.write_index(index_gpu.to_cpu(self.index) if self.on_gpu else self.index, str(path))
 
     @property
     def num_vectors(self) -> int:
@@ -169,15 +225,12 @@ class FaissIndex:
 
     def _set(self, name: str, value: int) -> None:
         try:
-            faiss.ParameterSpace().set_index_parameter(self.index, name, value)
+            index_gpu.parameter_space(self.on_gpu).set_index_parameter(self.index, name, value)
         except RuntimeError:
             raise ValueError(f"index {self.factory or type(self.index).__name__} has no parameter {name!r}") from None
 
     def _get_ivf(self) -> faiss.IndexIVF | None:
-        try:
-            return faiss.extract_index_ivf(self.index)
-        except RuntimeError:
-            return None
+        return _ivf_of(self.index)
 
     @property
     def nprobe(self) -> int | None:

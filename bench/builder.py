@@ -1,0 +1,273 @@
+"""Index-builder throughput: 1 vs 2 builder processes, embedding vs the bare model, and a full-Wikipedia projection.
+
+Measures, in one run on one machine (no time is asserted anywhere):
+
+- (a) the builder as it runs (``index_builder.build --enable_distributed=true`` under ``torchrun``, one thread per
+  process) at 1 and at 2 processes on the same random corpus: blocks/s of the whole build (model load, shard embedding,
+  assembly, FAISS, publish; process start-up excluded) and of the embedding alone, and the 2/1 speed-up;
+- (b) ``embed_blocks`` (what every rank runs: Arrow reads, packing, forward, projection, writes into the memmap)
+  against a bare ``BertModel`` forward over exactly the same padded batches (built beforehand, in the same
+  length-sorted order), in alternating rounds; the ratio is the median over rounds (target >= 0.9);
+- (c) the projected time of one full REALM refresh, 13,353,718 blocks x 288 wordpieces through BERT-base (forward
+  FLOPs counted as in ``bench/step.py``), on 1 and 8 devices, at ``--gpu-tflops`` (or, without it, this run's
+  measured fp32 ``torch.mm`` peak) and at the embedding's measured share of this run's peak. The 8-device figure
+  assumes linear scaling (each rank embeds its own shard; the assembly, FAISS and publish are not included).
+
+Run from the repository root: ``python bench/builder.py`` (about a minute on 2 idle CPU cores), ``--quick`` for a
+smoke run, ``--gpu-tflops 400`` to project for a GPU of that sustained rate, ``--json PATH`` to keep the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import datasets
+import numpy as np
+import torch
+from transformers import BertConfig, BertTokenizer
+
+from realm import run_dir as rd
+from realm.blocks import BLOCK_FEATURES
+from realm.embedding import block_lengths, embed_blocks
+from realm.packing import SpecialIds, block_batch
+from realm.retriever import Retriever, RetrieverConfig
+
+REPO = Path(__file__).resolve().parents[1]
+WIKIPEDIA_BLOCKS, WIKIPEDIA_LEN = 13_353_718, 288
+BERT_BASE = BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
+
+
+def _parse(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for name, default in [
+        ("hidden", 128),
+        ("layers", 2),
+        ("heads", 4),
+        ("intermediate", 512),
+        ("vocab", 6000),
+        ("embed-dim", 128),
+        ("block-len", 96),
+        ("body-len", 90),
+        ("blocks", 10000),
+        ("embed-blocks", 2000),
+        ("batch", 64),
+        ("rounds", 3),
+        ("threads", 1),
+        ("peak-size", 1024),
+    ]:
+        p.add_argument(f"--{name}", type=int, default=default)
+    p.add_argument("--gpu-tflops", type=float, default=0.0, help="sustained TFLOP/s of one device (0: measured peak)")
+    p.add_argument("--quick", action="store_true", help="a smoke run: small corpus, one round")
+    p.add_argument("--json", default=None, help="also write the figures to this path")
+    args = p.parse_args(argv)
+    if args.quick:
+        args.blocks, args.embed_blocks, args.rounds = 1200, 400, 1
+    return args
+
+
+def forward_flops(c: BertConfig, num_seqs: int, seq_len: int, embed_dim: int) -> float:
+    """Forward FLOPs of a BERT embedder over [num_seqs, seq_len] padded tokens (+ the [CLS] projection).
+
+    Per token and layer 2 * (4 h^2 + 2 h f) in the QKV/output and FFN matmuls, per sequence and layer 2 * 2 * L^2 * h
+    in QK^T and AV (``bench/step.py``'s count, without the backward's factor 3).
+    """
+    h, f, n = c.hidden_size, c.intermediate_size, c.num_hidden_layers
+    return (
+        2 * num_seqs * seq_len * n * (4 * h * h + 2 * h * f)
+        + 4 * num_seqs * n * h * seq_len**2
+        + (2 * num_seqs * h * embed_dim)
+    )
+
+
+def matmul_peak(n: int, repeats: int = 5) -> float:
+    """FLOP/s of an fp32 [n, n] @ [n, n] ``torch.mm``, the best of ``repeats`` after a warm-up."""
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / min(times)
+
+
+def make_corpus(root: Path, args: argparse.Namespace) -> tuple[Path, Path]:
+    """A random corpus whose bodies nearly fill the block (as REALM's do), and a matching WordPiece vocabulary."""
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(args.vocab - 5)]]
+    (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    BertTokenizer(vocab_file=str(root / "vocab.txt")).save_pretrained(root / "tokenizer")
+    rng = np.random.default_rng(0)
+    n = args.blocks
+    lengths = rng.integers(max(1, args.body_len - 16), args.body_len + 1, n)
+    blocks = datasets.Dataset.from_dict(
+        {
+            "uid": [f"u{i}" for i in range(n)],
+            "doc_id": [f"d{i // 4}" for i in range(n)],
+            "title": [""] * n,
+            "text": [""] * n,
+            "title_ids": [rng.integers(5, args.vocab, 3).tolist() for _ in range(n)],
+            "body_ids": [rng.integers(5, args.vocab, int(k)).tolist() for k in lengths],
+        },
+        features=BLOCK_FEATURES,
+    )
+    blocks.save_to_disk(root / "blocks")
+    return root / "blocks", root / "tokenizer"
+
+
+def bert_config(args: argparse.Namespace) -> BertConfig:
+    return BertConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=args.intermediate,
+        max_position_embeddings=max(512, args.block_len),
+    )
+
+
+def export(run_dir: Path, args: argparse.Namespace, blocks: Path, tokenizer: Path) -> Retriever:
+    torch.manual_seed(0)
+    cfg = RetrieverConfig(embed_dim=args.embed_dim, max_block_length=args.block_len)
+    retriever = Retriever.from_config(bert_config(args), cfg)
+    rd.export_retriever(
+        run_dir, 1, retriever, blocks_path=str(blocks), tokenizer_path=str(tokenizer), max_block_length=args.block_len
+    )
+    return retriever
+
+
+def builder_run(run_dir: Path, processes: int, args: argparse.Namespace) -> dict[str, float]:
+    """One build of the export in ``run_dir`` by ``processes`` builder processes; figures from its manifest."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads), "ACCELERATE_USE_CPU": "true"}
+    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
+    cmd += ["-m", "index_builder.build", "--config", str(REPO / "configs/index/tiny.yaml"), "--run_dir", str(run_dir)]
+    cmd += ["--once=true", "--enable_distributed=true", f"--batch_size={args.batch}", f"--num_threads={args.threads}"]
+    started = time.perf_counter()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - started
+    if proc.returncode != 0:
+        raise RuntimeError(f"builder with {processes} process(es) failed:\n{proc.stderr[-4000:]}")
+    manifest = rd.read_manifest(rd.current_index_version(run_dir))
+    assert manifest["builder_processes"] == processes, manifest["builder_processes"]
+    n = manifest["num_vectors"]
+    return {
+        "build_s": manifest["build_seconds"],
+        "embed_s": manifest["embed_seconds"],
+        "wall_s": wall,
+        "build_blocks_per_s": n / manifest["build_seconds"],
+        "embed_blocks_per_s": n / manifest["embed_seconds"],
+    }
+
+
+def embed_vs_bare(embedder, blocks: datasets.Dataset, special: SpecialIds, args: argparse.Namespace) -> dict:
+    """``embed_blocks`` vs a bare ``BertModel`` forward over the same padded batches, alternating, per round."""
+    rows = np.arange(min(args.embed_blocks, len(blocks)))
+    sub = blocks.select(rows)
+    order = np.argsort(block_lengths(sub, args.block_len), kind="stable")  # embed_blocks's own batch order
+    batches = []
+    for first in range(0, len(order), args.batch):
+        b = sub[order[first : first + args.batch]]
+        batches.append(block_batch(b["title_ids"], b["body_ids"], special, args.block_len))
+    padded_tokens = sum(b["input_ids"].numel() for b in batches)
+    out = np.lib.format.open_memmap(
+        Path(tempfile.mkdtemp()) / "e.npy", mode="w+", dtype=np.float32, shape=(len(sub), args.embed_dim)
+    )
+    embedder.eval()
+    bare_s, embed_s = [], []
+    with torch.inference_mode():
+        embedder.bert(**batches[0])  # warm-up
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for inputs in batches:
+                embedder.bert(**inputs)
+        bare_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        embed_blocks(embedder, sub, special, args.block_len, args.batch, out)
+        embed_s.append(time.perf_counter() - t0)
+    ratios = [b / e for b, e in zip(bare_s, embed_s)]
+    seq_flops = sum(forward_flops(embedder.config, *b["input_ids"].shape, args.embed_dim) for b in batches)
+    return {
+        "blocks": len(sub),
+        "padded_tokens": padded_tokens,
+        "bare_blocks_per_s": len(sub) / statistics.median(bare_s),
+        "embed_blocks_per_s": len(sub) / statistics.median(embed_s),
+        "embed_over_bare": statistics.median(ratios),
+        "embed_flops_per_s": seq_flops / statistics.median(embed_s),
+    }
+
+
+def projection(rate: float, utilization: float) -> dict[str, float]:
+    """Hours for one full REALM refresh at ``rate`` FLOP/s per device, ideal and at ``utilization`` of it."""
+    total = WIKIPEDIA_BLOCKS * forward_flops(BERT_BASE, 1, WIKIPEDIA_LEN, 128)
+    return {
+        "total_pflop": total / 1e15,
+        **{f"hours_{g}dev_ideal": total / (rate * g) / 3600 for g in (1, 8)},
+        **{f"hours_{g}dev_measured_util": total / (rate * utilization * g) / 3600 for g in (1, 8)},
+    }
+
+
+def main(argv: list[str] | None = None) -> dict:
+    args = _parse(argv)
+    torch.set_num_threads(args.threads)
+    root = Path(tempfile.mkdtemp(prefix="bench-builder-"))
+    blocks_path, tokenizer = make_corpus(root, args)
+    retriever = None
+    results: dict = {"args": vars(args), "builder": {}}
+    for processes in (1, 2):
+        run_dir = root / f"run{processes}"
+        retriever = export(run_dir, args, blocks_path, tokenizer)
+        results["builder"][processes] = builder_run(run_dir, processes, args)
+    one, two = results["builder"][1], results["builder"][2]
+    results["speedup_build"] = two["build_blocks_per_s"] / one["build_blocks_per_s"]
+    results["speedup_embed"] = two["embed_blocks_per_s"] / one["embed_blocks_per_s"]
+
+    special = SpecialIds.of(BertTokenizer.from_pretrained(str(tokenizer)))
+    results["embed"] = embed_vs_bare(retriever.doc_embedder, datasets.load_from_disk(str(blocks_path)), special, args)
+    peak = matmul_peak(args.peak_size)
+    utilization = results["embed"]["embed_flops_per_s"] / peak
+    rate = args.gpu_tflops * 1e12 if args.gpu_tflops > 0 else peak
+    results.update(peak_flops_per_s=peak, embed_utilization=utilization, projection_rate=rate)
+    results["wikipedia"] = projection(rate, utilization)
+
+    e, w = results["embed"], results["wikipedia"]
+    print(f"corpus: {args.blocks} blocks <= {args.block_len} wordpieces; BERT {args.layers}x{args.hidden}; ", end="")
+    print(f"batch {args.batch}; {args.threads} thread(s) per process")
+    print("(a) processes | build blocks/s | embed blocks/s | build s | embed s | wall s (with start-up)")
+    for p, r in results["builder"].items():
+        print(
+            f"    {p:9d} | {r['build_blocks_per_s']:14.0f} | {r['embed_blocks_per_s']:14.0f} | {r['build_s']:7.1f} "
+            f"| {r['embed_s']:7.1f} | {r['wall_s']:6.1f}"
+        )
+    print(f"    2/1 speed-up: build {results['speedup_build']:.2f}x, embedding {results['speedup_embed']:.2f}x")
+    print(
+        f"(b) embed_blocks {e['embed_blocks_per_s']:.0f} blocks/s vs bare BertModel forward "
+        f"{e['bare_blocks_per_s']:.0f} blocks/s, same padded batches of {e['blocks']} blocks: "
+        f"{100 * e['embed_over_bare']:.1f}% (target >= 90%)"
+    )
+    print(
+        f"(c) matmul peak {peak / 1e9:.1f} GFLOP/s; embedding at {e['embed_flops_per_s'] / 1e9:.1f} GFLOP/s "
+        f"= {100 * utilization:.1f}% of it. Full refresh, {WIKIPEDIA_BLOCKS:,} x {WIKIPEDIA_LEN} through "
+        f"BERT-base = {w['total_pflop']:.0f} PFLOP; at {rate / 1e12:.3g} TFLOP/s a device"
+        f"{'' if args.gpu_tflops else ' (this run peak)'}:"
+    )
+    print(
+        f"    1 device: {w['hours_1dev_ideal']:.1f} h at 100%, {w['hours_1dev_measured_util']:.1f} h at "
+        f"{100 * utilization:.0f}%; 8 devices: {w['hours_8dev_ideal']:.2f} h / "
+        f"{w['hours_8dev_measured_util']:.2f} h (linear scaling)"
+    )
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    return results
+
+
+if __name__ == "__main__":
+    main()
