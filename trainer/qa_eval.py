@@ -22,7 +22,7 @@ from accelerate import Accelerator
 from realm import run_dir as rd
 from realm.config import ConfigError, load_config
 from realm.jsonl import DataFileError
-from realm.logging import init_logging
+from realm.logging import init_logging, set_num_threads
 from realm.qa_batch import QuestionSet
 from realm.qa_evaluation import DEFAULT_TOP_K, evaluate_qa
 from realm.qa_model import OpenQAModel
@@ -95,12 +95,14 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--answers-field", default="answers", help="jsonl task only")
     parser.add_argument("--regex", action="store_true", help="jsonl task only: answers are regular expressions")
     parser.add_argument("--report_to", default="none", help="none, wandb, tensorboard or all")
+    parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
     init_logging()
+    set_num_threads(args.threads)
     try:
         return _evaluate(args)
     except (ConfigError, DataFileError, FileNotFoundError, rd.IndexVersionError, ValueError) as err:

@@ -56,7 +56,8 @@ class InitConfig:
     bert: str = ""
     """Instead of ``run``: any BERT (hub name or folder) for the reader and both embedders."""
     retriever: str = ""
-    """A saved retriever (``realm ict``'s ``retriever/`` or ``RUN/retriever/step-*``) replacing the embedders."""
+    """A saved retriever (``realm ict``'s ``retriever/`` or ``RUN/retriever/step-*``) replacing the embedders; it
+    carries its own shape, so the ``retriever`` section's ``embed_dim`` and ``pooling`` do not apply."""
     tokenizer: str = ""
     """Required without ``run`` (default with ``bert``: the BERT's own tokenizer)."""
     blocks: str = ""
@@ -106,16 +107,19 @@ def starting_point(
             tokenizer_path = init.tokenizer or init.bert
             config = reader_config(BertConfig.from_pretrained(init.bert), reader.span_hidden_size)
             qa_reader = SpanReader.from_pretrained(init.bert, config=config)
-            retriever = Retriever.from_bert(init.bert, retriever_cfg)
+            retriever = None if init.retriever else Retriever.from_bert(init.bert, retriever_cfg)
         else:
             if not init.tokenizer:
                 raise ConfigError("init.tokenizer is required unless init.run or init.bert is set")
             tokenizer_path = init.tokenizer
             bert_config = model_cfg.bert_config(len(load_tokenizer(tokenizer_path)))
             qa_reader = SpanReader(reader_config(bert_config, reader.span_hidden_size))
-            retriever = Retriever.from_config(bert_config, retriever_cfg)
+            retriever = None if init.retriever else Retriever.from_config(bert_config, retriever_cfg)
     if init.retriever:
+        # note: a saved retriever carries its own shape; the retriever section's embed_dim/pooling do not apply
         retriever = Retriever.from_pretrained(init.retriever)
+        logger.info("embedders from %s (embed_dim %d, pooling %s)", init.retriever,
+                    retriever.query_embedder.config.embed_dim, getattr(retriever.query_embedder.config, "pooling", "cls"))  # fmt: skip
     # note: the query tower is trained while the document side stays frozen, so a shared tower is split in two
     query = copy.deepcopy(retriever.query_embedder)
     return Start(OpenQAModel(query, qa_reader, reader.max_span_width), retriever.doc_embedder, tokenizer_path,
