@@ -18,7 +18,6 @@ import contextlib
 import itertools
 import logging
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +50,7 @@ from trainer.config import PretrainConfig
 from trainer.data import prepared_sentences, pretrain_loader
 from trainer.index_watcher import IndexWatcher
 from trainer.optim import build_optimizer
+from trainer.refresh import builder_command
 from trainer.step import LOSS_UNITS, StepOutput, batch_counts, train_step
 
 logger = logging.getLogger(__name__)
@@ -181,22 +181,20 @@ class Trainer:
             self.totals.num_exports += 1
 
     def start_builder(self) -> None:
-        """The single-machine mode: the builder as a child process sharing this run directory."""
+        """The single-machine mode: the builder as a child process sharing this run directory (main process only;
+        with ``builder_num_processes`` > 1, a torchrun of N builder processes in a process group of their own)."""
         if not (self.cfg.refresh.spawn_builder and self.accelerator.is_main_process):
             return
         log = open(self.run_dir / "builder.log", "a")
-        cmd = [
-            sys.executable,
-            "-m",
-            "index_builder.build",
-            "--config",
-            self.cfg.refresh.builder_config,
-            f"--run_dir={self.run_dir}",
-            f"--num_threads={self.cfg.refresh.builder_num_threads}",
-            *self._builder_tracking_args(),
-        ]
-        self.builder = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-        logger.info("started index builder (pid %d), log in %s", self.builder.pid, self.run_dir / "builder.log")
+        cmd, env = builder_command(self.cfg.refresh, self.run_dir, self._builder_tracking_args())
+        self.builder = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        logger.info(
+            "started index builder (pid %d, %d process(es)%s), log in %s",
+            self.builder.pid,
+            self.cfg.refresh.builder_num_processes,
+            f" on GPU(s) {self.cfg.refresh.builder_devices}" if self.cfg.refresh.builder_devices else "",
+            self.run_dir / "builder.log",
+        )
 
     def _builder_tracking_args(self) -> list[str]:
         """The child builder joins this run's W&B group."""

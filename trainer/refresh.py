@@ -1,9 +1,14 @@
-"""When the trainer exports retriever weights for the builder, and how stale an index it tolerates."""
+"""When the trainer exports retriever weights for the builder, how stale an index it tolerates, and how it starts
+its child builder (one process, or N under ``torch.distributed.run``)."""
 
 from __future__ import annotations
 
+import os
 import re
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(kw_only=True, slots=True)
@@ -23,7 +28,14 @@ class RefreshConfig:
     builder_config: str = "configs/index/default.yaml"
     """Config file of the child builder."""
     builder_num_threads: int = 1
-    """Intra-op threads of the child builder, so it does not starve the trainer of cores."""
+    """Intra-op threads of each child-builder process, so it does not starve the trainer of cores."""
+    builder_num_processes: int = 1
+    """Processes of the child builder; above 1 it runs under ``torch.distributed.run --standalone`` with
+    ``--enable_distributed=true`` (one corpus shard per process, rank 0 publishes)."""
+    builder_devices: str | int = ""
+    """``CUDA_VISIBLE_DEVICES`` of the child builder, e.g. "7" or "6,7" (physical ids; the builder then runs with
+    ``--device=cuda``); empty: inherit the trainer's and keep the builder config's device. (An int is accepted
+    because ``--refresh.builder_devices=7`` parses as one; it is stored as a string.)"""
     initial_index_timeout_s: float = 600.0
     """How long to wait for the first index before giving up with an error."""
 
@@ -32,10 +44,86 @@ class RefreshConfig:
             raise ValueError(f"refresh_interval must be positive, got {self.refresh_interval}")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        if self.builder_num_processes < 1:
+            raise ValueError(f"builder_num_processes must be >= 1, got {self.builder_num_processes}")
+        self.builder_devices = str(self.builder_devices).replace(" ", "")
+        devices = self.builder_devices.split(",") if self.builder_devices else []
+        if any(not d for d in devices):
+            raise ValueError(f"builder_devices must be comma-separated GPU ids, got {self.builder_devices!r}")
+        if devices and self.builder_num_processes > len(devices):
+            raise ValueError(
+                f"builder_num_processes={self.builder_num_processes} needs as many builder_devices "
+                f"(each process takes one GPU), got {self.builder_devices!r}"
+            )
         RefreshSchedule.parse(self.refresh_schedule or f"0-:{self.refresh_interval}")
 
     def schedule(self) -> "RefreshSchedule":
         return RefreshSchedule.parse(self.refresh_schedule or f"0-:{self.refresh_interval}")
+
+
+# note: what a launcher sets for the processes it starts (torchrun, accelerate launch); a child builder that
+# inherited them would try to join the trainer's process group (or torchrun would read them as its own)
+DISTRIBUTED_ENV_VARS = frozenset(
+    {
+        "RANK",
+        "LOCAL_RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "GROUP_WORLD_SIZE",
+        "ROLE_RANK",
+        "ROLE_NAME",
+        "ROLE_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+    }
+)
+DISTRIBUTED_ENV_PREFIXES = ("TORCHELASTIC_", "ACCELERATE_")
+
+
+def builder_env(parent: Mapping[str, str], devices: str = "") -> dict[str, str]:
+    """The child builder's environment: ``parent`` without the trainer's launcher variables, and
+    ``CUDA_VISIBLE_DEVICES=devices`` when ``devices`` is set."""
+    env = {
+        k: v for k, v in parent.items() if k not in DISTRIBUTED_ENV_VARS and not k.startswith(DISTRIBUTED_ENV_PREFIXES)
+    }
+    if devices:
+        env["CUDA_VISIBLE_DEVICES"] = devices
+    return env
+
+
+def builder_command(
+    cfg: RefreshConfig,
+    run_dir: str | Path,
+    extra_args: Sequence[str] = (),
+    *,
+    parent_env: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of the child builder (nothing is started).
+
+    One process: ``python -m index_builder.build --config C --run_dir=RUN --num_threads=T ...``. N processes:
+    ``python -m torch.distributed.run --standalone --nproc_per_node N -m index_builder.build ...
+    --enable_distributed=true``; ``--standalone`` gives the builder a group of its own on a free local port, and
+    torchrun exits non-zero as soon as one rank dies, so the trainer sees a dead builder either way.
+    """
+    build = [
+        "-m",
+        "index_builder.build",
+        "--config",
+        cfg.builder_config,
+        f"--run_dir={run_dir}",
+        f"--num_threads={cfg.builder_num_threads}",
+    ]
+    if cfg.builder_num_processes > 1:
+        launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(cfg.builder_num_processes)]
+        cmd = [python, *launcher, *build, "--enable_distributed=true"]
+    else:
+        cmd = [python, *build]
+    if cfg.builder_devices:
+        cmd.append("--device=cuda")
+    env = builder_env(os.environ if parent_env is None else parent_env, str(cfg.builder_devices))
+    return [*cmd, *extra_args], env
 
 
 _PIECE = re.compile(r"^\s*(\d+)\s*-\s*(\d*)\s*:\s*(\d+)\s*$")

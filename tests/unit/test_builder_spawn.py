@@ -1,0 +1,96 @@
+"""The trainer's child builder: command line and environment for 1 and N processes (nothing is started)."""
+
+import pytest
+
+from realm.config import ConfigError, load_config
+from trainer.refresh import RefreshConfig, builder_command, builder_env
+
+TRAINER_ENV = {
+    "PATH": "/usr/bin",
+    "OMP_NUM_THREADS": "1",
+    "CUDA_VISIBLE_DEVICES": "0,1,2",
+    # what torchrun / accelerate launch give each trainer process
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "WORLD_SIZE": "3",
+    "LOCAL_WORLD_SIZE": "3",
+    "GROUP_RANK": "0",
+    "GROUP_WORLD_SIZE": "1",
+    "ROLE_RANK": "1",
+    "ROLE_NAME": "default",
+    "ROLE_WORLD_SIZE": "3",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+    "TORCHELASTIC_RUN_ID": "abc",
+    "TORCHELASTIC_ERROR_FILE": "/tmp/err.json",
+    "ACCELERATE_USE_CPU": "true",
+    "ACCELERATE_MIXED_PRECISION": "bf16",
+}
+KEPT = {"PATH", "OMP_NUM_THREADS", "CUDA_VISIBLE_DEVICES"}
+
+
+def _cmd(**refresh):
+    cfg = RefreshConfig(builder_config="configs/index/tiny.yaml", builder_num_threads=2, **refresh)
+    return builder_command(cfg, "/runs/r", ["--tracking.report_to=none"], parent_env=TRAINER_ENV, python="py")
+
+
+def test_one_process_builder_is_a_plain_python_module_run():
+    cmd, env = _cmd()
+    assert cmd == [
+        "py",
+        "-m",
+        "index_builder.build",
+        "--config",
+        "configs/index/tiny.yaml",
+        "--run_dir=/runs/r",
+        "--num_threads=2",
+        "--tracking.report_to=none",
+    ]
+    assert set(env) == KEPT and env["CUDA_VISIBLE_DEVICES"] == "0,1,2"  # inherited, launcher variables stripped
+
+
+def test_n_process_builder_runs_under_a_standalone_torchrun_with_enable_distributed():
+    cmd, env = _cmd(builder_num_processes=2)
+    assert cmd[:7] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"]
+    assert cmd[7:] == [
+        "index_builder.build",
+        "--config",
+        "configs/index/tiny.yaml",
+        "--run_dir=/runs/r",
+        "--num_threads=2",
+        "--enable_distributed=true",
+        "--tracking.report_to=none",
+    ]
+    assert "--device=cuda" not in cmd and set(env) == KEPT
+
+
+def test_builder_devices_set_cuda_visible_devices_and_the_cuda_device():
+    cmd, env = _cmd(builder_num_processes=2, builder_devices="6,7")
+    assert "--nproc_per_node" in cmd and "--enable_distributed=true" in cmd and "--device=cuda" in cmd
+    assert env["CUDA_VISIBLE_DEVICES"] == "6,7" and set(env) == KEPT
+    cmd, env = _cmd(builder_devices="7")
+    assert (
+        cmd[1:3] == ["-m", "index_builder.build"] and "--device=cuda" in cmd and "--enable_distributed=true" not in cmd
+    )
+    assert env["CUDA_VISIBLE_DEVICES"] == "7"
+
+
+def test_builder_env_strips_every_launcher_variable_and_nothing_else():
+    env = builder_env({**TRAINER_ENV, "TORCHELASTIC_MAX_RESTARTS": "0", "MY_RANK": "x", "HF_HUB_OFFLINE": "1"})
+    assert set(env) == KEPT | {"MY_RANK", "HF_HUB_OFFLINE"}
+    assert builder_env({"RANK": "0"}, "3") == {"CUDA_VISIBLE_DEVICES": "3"}
+
+
+def test_builder_devices_given_as_an_int_override_is_stored_as_a_string():
+    cfg = load_config(RefreshConfig, None, ["--builder_devices=7", "--builder_num_processes=1"])
+    assert cfg.builder_devices == "7"
+    assert load_config(RefreshConfig, None, ["--builder_devices=6,7"]).builder_devices == "6,7"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [dict(builder_num_processes=0), dict(builder_devices="6,,7"), dict(builder_devices="7", builder_num_processes=2)],
+)
+def test_bad_builder_settings_are_rejected(bad):
+    with pytest.raises((ValueError, ConfigError), match="builder_"):
+        RefreshConfig(**bad)
