@@ -37,7 +37,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
@@ -64,6 +63,7 @@ from realm.packing import SpecialIds, pack_single, pad  # noqa: E402
 from realm.qa_data import QAExample, load_squad  # noqa: E402
 from realm.qa_metrics import has_answer, top_k_accuracy  # noqa: E402
 from realm.retriever import Retriever, RetrieverConfig  # noqa: E402
+from realm.run_dir import CHECKPOINT_PREFIX, checkpoints_dir, latest_published  # noqa: E402
 from realm.sentences import split_sentences  # noqa: E402
 from realm.vocab import load_tokenizer, train_wordpiece  # noqa: E402
 from trainer.config import PretrainConfig  # noqa: E402
@@ -335,11 +335,18 @@ def evaluate_dense(
             bench.rows.append(retrieval_row(cosine_label, rankings, squad, cache, time.perf_counter() - start))
 
 
-def realm_retriever(run_dir: Path) -> Retriever:
-    """The retriever of a pre-training run's newest complete checkpoint (loaded as ``realm inspect`` does)."""
-    from trainer.inspect import load_run
+def realm_retriever(cfg: PretrainConfig, run_dir: Path, vocab_size: int) -> Retriever:
+    """The retriever of a pre-training run's newest complete checkpoint (loaded as ``realm inspect`` loads it).
 
-    return load_run(run_dir).model.retriever
+    The model is built from ``cfg``, the config this script started the run with, rather than from the run's
+    ``config.yaml``, so the figures never depend on re-reading a config written by another version of the code.
+    """
+    from trainer.inspect import MODEL_FILE, load_model
+
+    found = latest_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
+    if found is None:
+        raise StageError(f"{run_dir}: no complete checkpoint")
+    return load_model(cfg, vocab_size, found[1] / MODEL_FILE).retriever
 
 
 # ---------------------------------------------------------------------------------------------------------- stages
@@ -387,9 +394,7 @@ def stage_tiny(bench: Bench, args: argparse.Namespace, squad: Squad, cache: Answ
     evaluate_dense(bench, "tiny_ict", label, retriever, tokenizer, blocks_dir, ict_cfg.retriever, squad, cache)
 
     run_dir = work / "realm"
-    pretrain = [
-        "train",
-        f"--config={pretrain_file}",
+    overrides = [
         f"--train.run_dir={run_dir}",
         f"--train.seed={args.seed}",
         f"--train.init_retriever={work / 'ict' / 'retriever'}",
@@ -398,12 +403,11 @@ def stage_tiny(bench: Bench, args: argparse.Namespace, squad: Squad, cache: Answ
         *common,
         *_steps("train", args.tiny_realm_steps),
     ]
-    bench.run("tiny_realm", pretrain)
-    cfg = load_config(PretrainConfig, run_dir / "config.yaml")
+    cfg = load_config(PretrainConfig, pretrain_file, overrides)
+    bench.run("tiny_realm", ["train", f"--config={pretrain_file}", *overrides])
     label = f"tiny BERT after ICT + REALM ({cfg.train.max_steps} steps)"
-    evaluate_dense(
-        bench, "tiny_realm", label, realm_retriever(run_dir), tokenizer, blocks_dir, cfg.retriever, squad, cache
-    )
+    retriever = realm_retriever(cfg, run_dir, len(tokenizer))
+    evaluate_dense(bench, "tiny_realm", label, retriever, tokenizer, blocks_dir, cfg.retriever, squad, cache)
     return run_dir
 
 
@@ -467,25 +471,21 @@ def stage_minilm(bench: Bench, args: argparse.Namespace, squad: Squad, cache: An
     evaluate_dense(bench, "minilm_ict", label, retriever, tokenizer, blocks_dir, ict_cfg.retriever, squad, cache)
 
     run_dir = work / "realm"
-    bench.run(
-        "minilm_realm",
-        [
-            "train",
-            f"--config={pretrain_file}",
-            f"--train.run_dir={run_dir}",
-            f"--train.seed={args.seed}",
-            f"--train.init_retriever={work / 'ict' / 'retriever'}",
-            f"--train.num_threads={args.threads}",
-            f"--data.tokenizer={start}",
-            f"--data.blocks={blocks_dir}",
-            f"--data.sentences={sentences}",
-            *common,
-            *_steps("train", args.minilm_realm_steps),
-        ],
-    )
-    cfg = load_config(PretrainConfig, run_dir / "config.yaml")
+    overrides = [
+        f"--train.run_dir={run_dir}",
+        f"--train.seed={args.seed}",
+        f"--train.init_retriever={work / 'ict' / 'retriever'}",
+        f"--train.num_threads={args.threads}",
+        f"--data.tokenizer={start}",
+        f"--data.blocks={blocks_dir}",
+        f"--data.sentences={sentences}",
+        *common,
+        *_steps("train", args.minilm_realm_steps),
+    ]
+    cfg = load_config(PretrainConfig, pretrain_file, overrides)
+    bench.run("minilm_realm", ["train", f"--config={pretrain_file}", *overrides])
     label = f"MiniLM after ICT + REALM ({cfg.train.max_steps} steps)"
-    retriever = realm_retriever(run_dir)
+    retriever = realm_retriever(cfg, run_dir, len(tokenizer))
     evaluate_dense(bench, "minilm_realm", label, retriever, tokenizer, blocks_dir, cfg.retriever, squad, cache)
     return run_dir
 
