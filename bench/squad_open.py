@@ -446,7 +446,7 @@ def stage_minilm(bench: Bench, args: argparse.Namespace, squad: Squad, cache: An
         blocks_dir, sentences = make_blocks(squad, tokenizer, ict_cfg.retriever.max_block_length, work)
     evaluate_dense(
         bench, "minilm", "MiniLM as is (inner product)", Retriever.from_bert(str(start), ict_cfg.retriever),
-        tokenizer, blocks_dir, ict_cfg.retriever, squad, cache, cosine_label="MiniLM as is (cosine, its own similarity)",
+        tokenizer, blocks_dir, ict_cfg.retriever, squad, cache, cosine_label="MiniLM as is (cosine: its own similarity, same embeddings)",
     )  # fmt: skip
     if "minilm-train" in args.skip:
         return None
@@ -530,13 +530,14 @@ def stage_finetune(bench: Bench, args: argparse.Namespace, squad: Squad, runs: d
     )
     metrics = json.loads((out / "eval" / "test" / "metrics.json").read_text())
     steps = json.loads((out / "model" / "manifest.json").read_text()).get("step")
-    num = min(args.qa_eval_questions or split["num_test"], split["num_test"])
     bench.qa.append(
         {
-            "name": f"end-to-end, fine-tuned from the {source} REALM run ({steps} steps on {split['num_train']} "
-            f"questions of {split['num_train_articles']} articles)",
-            "split": f"{num} random questions of the other {split['num_test_articles']} articles",
-            "num": num,
+            "source": f"{source} REALM run",
+            "steps": steps,
+            "num_train_questions": split["num_train"],
+            "num_train_articles": split["num_train_articles"],
+            "num_test_articles": split["num_test_articles"],
+            "num": min(args.qa_eval_questions or split["num_test"], split["num_test"]),
             **metrics,
         }
     )
@@ -567,7 +568,15 @@ def format_table(result: dict) -> str:
         *(fmt(line) for line in lines),
     ]
     for qa in result.get("qa", []):
-        out.append(f"{qa['name']}: exact match {qa['exact_match']:.3f} on {qa['num']} questions ({qa['split']})")
+        top = "/".join(f"{qa.get(f'top{k}_accuracy', float('nan')):.3f}" for k in KS)
+        out.append(
+            f"end-to-end QA: exact match {qa['exact_match']:.3f} on {qa['num']} random questions of the "
+            f"{qa['num_test_articles']} held-out articles, after {qa['steps']} fine-tuning steps from the "
+            f"{qa['source']} on the {qa['num_train_questions']} questions of the other {qa['num_train_articles']} "
+            f"(its top-{'/'.join(map(str, KS))} over blocks {top}; a correct span in the read blocks "
+            f"{qa.get('correct_span_in_read_blocks', float('nan')):.3f})"
+        )
+    out.append("seconds: retrieval only (BM25 indexing + search; dense: embedding blocks and questions + exact search)")
     out += [f"note: {note}" for note in result["notes"]]
     stages = ", ".join(f"{name} {seconds:.0f}" for name, seconds in result["stage_seconds"].items())
     out.append(f"wall {result['wall_seconds']:.0f} s (stages, s: {stages})")
