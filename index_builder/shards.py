@@ -24,10 +24,8 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import shutil
 import time
-import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
@@ -37,6 +35,7 @@ import numpy as np
 import torch
 
 from realm import run_dir as rd
+from realm.atomic import fsync_path, write_text_atomic
 from realm.embedding import embed_blocks
 from realm.packing import SpecialIds
 from realm.retriever import Embedder
@@ -154,14 +153,6 @@ def check_shard(folder: Path, key: ShardKey) -> ShardMarker:
     return marker
 
 
-def _fsync(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _data_sha256(array: np.ndarray) -> str:
     digest = hashlib.sha256()
     for start in range(0, len(array), _CHUNK_ROWS):
@@ -171,13 +162,7 @@ def _data_sha256(array: np.ndarray) -> str:
 
 def _write_marker(path: Path, marker: ShardMarker) -> None:
     """Atomic and durable: a temporary file, fsynced, renamed over ``path``, then the folder fsynced."""
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
-    with open(tmp, "w") as f:
-        f.write(marker.to_json())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync(path.parent)
+    write_text_atomic(path, marker.to_json())
 
 
 def embed_shard(
@@ -203,7 +188,7 @@ def embed_shard(
     except ShardError:
         pass
     marker_path.unlink(missing_ok=True)  # note: before the data is touched, so no marker describes half-new data
-    _fsync(folder)
+    fsync_path(folder)
     started = time.monotonic()
     rows = np.arange(key.row_start, key.row_end, dtype=np.int64)
     out = np.lib.format.open_memmap(data, mode="w+", dtype=np.float32, shape=(len(rows), key.dim))
@@ -214,7 +199,7 @@ def embed_shard(
     seconds = time.monotonic() - started
     checksum = _data_sha256(out)
     del out
-    _fsync(data)
+    fsync_path(data)
     marker = ShardMarker(key=key, file_size=data.stat().st_size, data_sha256=checksum, embed_seconds=seconds)
     _write_marker(marker_path, marker)  # note: LAST; from here on the shard counts as finished
     return marker, False

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from realm.atomic import fsync_path, write_text_atomic
 from realm.index import FaissIndex, IndexConfig
 
 if TYPE_CHECKING:
@@ -68,20 +69,12 @@ def parse_step(name: str, prefix: str) -> int | None:
     return int(rest) if rest.isdigit() else None
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _fsync_tree(folder: Path) -> None:
     """fsyncs every file and directory under ``folder`` (bottom-up, the folder itself last)."""
     for root, _, files in os.walk(folder, topdown=False):
         for name in files:
-            _fsync_path(Path(root) / name)
-        _fsync_path(Path(root))
+            fsync_path(Path(root) / name)
+        fsync_path(Path(root))
 
 
 def new_staging(parent: Path) -> Path:
@@ -109,9 +102,9 @@ def publish_folder(staging: Path, final: Path, manifest: dict[str, Any]) -> Path
         json.dump(manifest, f, indent=2, sort_keys=True)
         f.flush()
         os.fsync(f.fileno())
-    _fsync_path(staging)
+    fsync_path(staging)
     os.rename(staging, final)
-    _fsync_path(final.parent)  # note: makes the rename itself durable
+    fsync_path(final.parent)  # note: makes the rename itself durable
     return final
 
 
@@ -188,14 +181,8 @@ def clean_staging(parent: Path) -> list[Path]:
 
 def write_pointer(path: Path, name: str) -> None:
     """Atomically makes the text file ``path`` (e.g. ``index/CURRENT``) contain ``name``."""
-    path = Path(path)
-    tmp = path.parent / f"{STAGING_PREFIX}{path.name}-{uuid.uuid4().hex}"
-    with open(tmp, "w") as f:
-        f.write(name + "\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    _fsync_path(path.parent)
+    # note: the temporary name carries the staging prefix, so a crash leftover is cleaned like any staging folder
+    write_text_atomic(path, name + "\n", tmp_prefix=STAGING_PREFIX)
 
 
 def read_pointer(path: Path) -> str | None:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import calendar
 import json
-import os
 import random
 import re
 import sys
@@ -25,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from realm.atomic import write_text_atomic
 from realm.tagging import CONNECTORS, STOPWORDS
 
 Record = dict[str, Any]
@@ -353,12 +353,6 @@ def generate_world(cfg: WorldConfig) -> World:
     return world
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8", newline="\n")
-    os.replace(tmp, path)  # a reader sees the old file or the whole new one, never half of one
-
-
 def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
     """Writes ``corpus``, ``pretrain``, ``heldout``, ``entities`` and ``questions`` ``.jsonl`` (plus the QA splits
     ``questions_train`` and ``questions_heldout``) and ``world.json``.
@@ -373,12 +367,12 @@ def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
     paths = {}
     for name in ("corpus", "pretrain", "heldout", "entities", "questions"):
         paths[name] = out_dir / f"{name}.jsonl"
-        _write_atomic(paths[name], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in getattr(world, name)))
+        write_text_atomic(paths[name], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in getattr(world, name)))
     # the QA splits: questions about training entities (fine-tuning) and about held-out ones (evaluation)
     for name, heldout in (("questions_train", False), ("questions_heldout", True)):
         paths[name] = out_dir / f"{name}.jsonl"
         chosen = [q for q in world.questions if q["heldout"] == heldout]
-        _write_atomic(paths[name], "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in chosen))
+        write_text_atomic(paths[name], "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in chosen))
     kinds = [e["kind"] for e in world.entities]
     meta = {
         "config": asdict(world.config),
@@ -389,7 +383,7 @@ def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
         },
     }
     paths["world"] = out_dir / "world.json"
-    _write_atomic(paths["world"], json.dumps(meta, indent=2) + "\n")
+    write_text_atomic(paths["world"], json.dumps(meta, indent=2) + "\n")
     return paths
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from accelerate import Accelerator
 
 from realm import run_dir as rd
+from realm.atomic import write_text_atomic
 from realm.config import ConfigError, load_config
 from realm.jsonl import DataFileError
 from realm.logging import init_logging, set_num_threads
@@ -43,12 +43,6 @@ PREDICTIONS_FILE = "predictions.jsonl"
 METRICS_FILE = "metrics.json"
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def write_evaluation(
     out_dir: Path, name: str, metrics: dict[str, Any], records: list[dict], accelerator: Any = None, step: int = 0
 ) -> Path:
@@ -56,8 +50,8 @@ def write_evaluation(
     predictions table in W&B when a W&B tracker is active."""
     folder = Path(out_dir) / "eval" / name
     folder.mkdir(parents=True, exist_ok=True)
-    _write_atomic(folder / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
-    _write_atomic(folder / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
+    write_text_atomic(folder / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
+    write_text_atomic(folder / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
     if accelerator is not None:
         log_wandb_table(accelerator, PREDICTIONS_KEY, prediction_rows(records), step)
     return folder

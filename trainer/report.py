@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, Sequence
 
+from realm.atomic import write_text_atomic
 from realm.logging import read_metrics
 
 # (title, metric) of the fixed plots; recall plots are added for every eval/gold_recall_at_* key found.
@@ -326,9 +327,7 @@ def main(argv: list[str] | None = None) -> int:
     page = render_report(read_metrics(metrics_path), retrievals, summary, str(run), args.num_retrievals)
     out = Path(args.out) if args.out else run / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(page, encoding="utf-8")
-    os.replace(tmp, out)  # a reader never sees a half-written page
+    write_text_atomic(out, page)  # a reader never sees a half-written page
     print(f"realm report: wrote {out}")
     return 0
 
