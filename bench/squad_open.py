@@ -45,14 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-# note: nothing here may reach a model hub; set before transformers is imported
-for _name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-    os.environ.setdefault(_name, "1")
-os.environ.setdefault("WANDB_MODE", "disabled")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from offline import REPO  # noqa: E402  (first: no hub, no W&B network, repository importable)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
