@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from offline import REPO  # noqa: E402  (first: no hub, no W&B network, repository importable)
+from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 
 import torch  # noqa: E402
 

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from offline import REPO  # noqa: E402  (first: no hub, no W&B network, repository importable)
+from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
