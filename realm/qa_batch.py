@@ -148,7 +148,9 @@ def attach_blocks(
     reader_ids, reader_mask = pad(packed_ids, special.pad)
     reader_types, _ = pad(packed_types, 0, reader_ids.shape[1])
     span_valid = candidate_span_mask(reader_ids, reader_types, words, cfg.max_span_width)
-    span_correct = correct_span_mask(reader_ids, reader_types, span_answers, span_regex, words, cfg.max_span_width)
+    span_correct = correct_span_mask(
+        reader_ids, reader_types, span_answers, span_regex, words, cfg.max_span_width, candidates=span_valid
+    )
     shape = (len(rows), read.shape[1], reader_ids.shape[1])
     batch.blocks = RetrievedBlocks(
         block_ids=ids,

@@ -77,7 +77,8 @@ def evaluate_qa(
     reader_ceiling = 0
     bar = progress(len(questions), "evaluating QA", unit="question")
     for batch in question_batches(questions, ctx, batch_size):
-        batch = ctx.attach(batch.to(device), model.embed_queries(batch.to(device)), questions, max(top_k)).to(device)
+        batch = batch.to(device)
+        batch = ctx.attach(batch, model.embed_queries(batch), questions, max(top_k)).to(device)
         out = model(batch)
         blocks = batch.blocks
         spans = best_spans(out.reader_logits, blocks.span_valid)

@@ -104,12 +104,14 @@ def correct_span_mask(
     is_regex: Sequence[bool],
     words: Wordpieces,
     max_span_width: int,
+    candidates: Tensor | None = None,
 ) -> Tensor:
-    """[N, L] reader inputs -> [N, L, W] bool: True at the correct spans of each row.
+    """[N, L] reader inputs -> [N, L, W] bool: True at the correct spans of each row (always candidate spans).
 
     Args:
         answers: Per row, the answers' wordpiece ids (plain answers) or the patterns (rows with ``is_regex``).
         is_regex: Per row, whether its answers are regular expressions.
+        candidates: ``candidate_span_mask`` of the same inputs, when the caller has it already.
     """
     n_rows, length = input_ids.shape
     out = torch.zeros(n_rows, length, max_span_width, dtype=torch.bool)
@@ -126,4 +128,6 @@ def correct_span_mask(
             spans = _text_answer_spans(ids, start, end, row_answers, max_span_width)
         for p, w in spans:
             out[row, p, w] = True
-    return out & candidate_span_mask(input_ids.cpu(), token_type_ids.cpu(), words, max_span_width)
+    if candidates is None:
+        candidates = candidate_span_mask(input_ids, token_type_ids, words, max_span_width)
+    return out & candidates.cpu()
