@@ -10,11 +10,16 @@ Measures, in one run on one machine (no time is asserted anywhere):
   length-sorted order), in alternating rounds; the ratio is the median over rounds (target >= 0.9);
 - (c) the projected time of one full REALM refresh, 13,353,718 blocks x 288 wordpieces through BERT-base (forward
   FLOPs counted as in ``bench/step.py``), on 1 and 8 devices, at ``--gpu-tflops`` (or, without it, this run's
-  measured fp32 ``torch.mm`` peak) and at the embedding's measured share of this run's peak. The 8-device figure
+  measured ``torch.mm`` peak in ``--precision`` on ``--device``) and at the embedding's measured share of this run's
+  peak (its MFU). The 8-device figure
   assumes linear scaling (each rank embeds its own shard; the assembly, FAISS and publish are not included).
 
 Run from the repository root: ``python bench/builder.py`` (about a minute on 2 idle CPU cores), ``--quick`` for a
 smoke run, ``--gpu-tflops 400`` to project for a GPU of that sustained rate, ``--json PATH`` to keep the figures.
+On a GPU, BERT-base in bf16 (MFU against the same run's bf16 matmul peak)::
+
+    python bench/builder.py --device cuda --precision bf16 --hidden 768 --layers 12 --heads 12 --intermediate 3072 \
+        --vocab 30522 --block-len 288 --body-len 280 --blocks 20000 --embed-blocks 4000 --batch 256 --peak-size 8192
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertTokenizer
 
+from index_builder.publish import PRECISIONS
 from realm import run_dir as rd
 from realm.blocks import BLOCK_FEATURES
 from realm.embedding import block_lengths, embed_blocks
@@ -65,6 +71,9 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     ]:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--gpu-tflops", type=float, default=0.0, help="sustained TFLOP/s of one device (0: measured peak)")
+    p.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="builder process counts to run")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (each builder rank takes its local GPU)")
+    p.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), help="the builder's embedding dtype")
     p.add_argument("--quick", action="store_true", help="a smoke run: small corpus, one round")
     p.add_argument("--json", default=None, help="also write the figures to this path")
     args = p.parse_args(argv)
@@ -87,14 +96,21 @@ def forward_flops(c: BertConfig, num_seqs: int, seq_len: int, embed_dim: int) ->
     )
 
 
-def matmul_peak(n: int, repeats: int = 5) -> float:
-    """FLOP/s of an fp32 [n, n] @ [n, n] ``torch.mm``, the best of ``repeats`` after a warm-up."""
-    a, b = torch.randn(n, n), torch.randn(n, n)
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_peak(n: int, device: torch.device, dtype: torch.dtype, repeats: int = 5) -> float:
+    """FLOP/s of a [n, n] @ [n, n] ``torch.mm`` in ``dtype`` on ``device``, the best of ``repeats`` after a warm-up."""
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     torch.mm(a, b)
     times = []
     for _ in range(repeats):
+        _sync(device)
         t0 = time.perf_counter()
         torch.mm(a, b)
+        _sync(device)
         times.append(time.perf_counter() - t0)
     return 2 * n**3 / min(times)
 
@@ -150,6 +166,7 @@ def builder_run(run_dir: Path, processes: int, args: argparse.Namespace) -> dict
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
     cmd += ["-m", "index_builder.build", "--config", str(REPO / "configs/index/tiny.yaml"), "--run_dir", str(run_dir)]
     cmd += ["--once=true", "--enable_distributed=true", f"--batch_size={args.batch}", f"--num_threads={args.threads}"]
+    cmd += [f"--device={args.device}", f"--precision={args.precision}"]
     started = time.perf_counter()
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - started
@@ -172,10 +189,12 @@ def embed_vs_bare(embedder, blocks: datasets.Dataset, special: SpecialIds, args:
     rows = np.arange(min(args.embed_blocks, len(blocks)))
     sub = blocks.select(rows)
     order = np.argsort(block_lengths(sub, args.block_len), kind="stable")  # embed_blocks's own batch order
+    device = next(embedder.parameters()).device
     batches = []
     for first in range(0, len(order), args.batch):
         b = sub[order[first : first + args.batch]]
-        batches.append(block_batch(b["title_ids"], b["body_ids"], special, args.block_len))
+        inputs = block_batch(b["title_ids"], b["body_ids"], special, args.block_len)
+        batches.append({name: t.to(device) for name, t in inputs.items()})
     padded_tokens = sum(b["input_ids"].numel() for b in batches)
     out = np.lib.format.open_memmap(
         Path(tempfile.mkdtemp()) / "e.npy", mode="w+", dtype=np.float32, shape=(len(sub), args.embed_dim)
@@ -185,13 +204,15 @@ def embed_vs_bare(embedder, blocks: datasets.Dataset, special: SpecialIds, args:
     with torch.inference_mode():
         embedder.bert(**batches[0])  # warm-up
     for _ in range(args.rounds):
+        _sync(device)
         t0 = time.perf_counter()
         with torch.inference_mode():
             for inputs in batches:
                 embedder.bert(**inputs)
+        _sync(device)
         bare_s.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        embed_blocks(embedder, sub, special, args.block_len, args.batch, out)
+        embed_blocks(embedder, sub, special, args.block_len, args.batch, out)  # ends with a copy to host memory
         embed_s.append(time.perf_counter() - t0)
     ratios = [b / e for b, e in zip(bare_s, embed_s)]
     seq_flops = sum(forward_flops(embedder.config, *b["input_ids"].shape, args.embed_dim) for b in batches)
@@ -222,17 +243,20 @@ def main(argv: list[str] | None = None) -> dict:
     blocks_path, tokenizer = make_corpus(root, args)
     retriever = None
     results: dict = {"args": vars(args), "builder": {}}
-    for processes in (1, 2):
+    for processes in args.processes:
         run_dir = root / f"run{processes}"
         retriever = export(run_dir, args, blocks_path, tokenizer)
         results["builder"][processes] = builder_run(run_dir, processes, args)
-    one, two = results["builder"][1], results["builder"][2]
-    results["speedup_build"] = two["build_blocks_per_s"] / one["build_blocks_per_s"]
-    results["speedup_embed"] = two["embed_blocks_per_s"] / one["embed_blocks_per_s"]
+    if {1, 2} <= set(args.processes):
+        one, two = results["builder"][1], results["builder"][2]
+        results["speedup_build"] = two["build_blocks_per_s"] / one["build_blocks_per_s"]
+        results["speedup_embed"] = two["embed_blocks_per_s"] / one["embed_blocks_per_s"]
 
     special = SpecialIds.of(BertTokenizer.from_pretrained(str(tokenizer)))
-    results["embed"] = embed_vs_bare(retriever.doc_embedder, datasets.load_from_disk(str(blocks_path)), special, args)
-    peak = matmul_peak(args.peak_size)
+    device, dtype = torch.device("cuda" if args.device.startswith("cuda") else "cpu"), PRECISIONS[args.precision]
+    embedder = retriever.doc_embedder.to(device=device, dtype=dtype)  # as the builder loads it
+    results["embed"] = embed_vs_bare(embedder, datasets.load_from_disk(str(blocks_path)), special, args)
+    peak = matmul_peak(args.peak_size, device, dtype)
     utilization = results["embed"]["embed_flops_per_s"] / peak
     rate = args.gpu_tflops * 1e12 if args.gpu_tflops > 0 else peak
     results.update(peak_flops_per_s=peak, embed_utilization=utilization, projection_rate=rate)
@@ -240,21 +264,22 @@ def main(argv: list[str] | None = None) -> dict:
 
     e, w = results["embed"], results["wikipedia"]
     print(f"corpus: {args.blocks} blocks <= {args.block_len} wordpieces; BERT {args.layers}x{args.hidden}; ", end="")
-    print(f"batch {args.batch}; {args.threads} thread(s) per process")
+    print(f"batch {args.batch}; {args.threads} thread(s) per process; {args.device}, {args.precision}")
     print("(a) processes | build blocks/s | embed blocks/s | build s | embed s | wall s (with start-up)")
     for p, r in results["builder"].items():
         print(
             f"    {p:9d} | {r['build_blocks_per_s']:14.0f} | {r['embed_blocks_per_s']:14.0f} | {r['build_s']:7.1f} "
             f"| {r['embed_s']:7.1f} | {r['wall_s']:6.1f}"
         )
-    print(f"    2/1 speed-up: build {results['speedup_build']:.2f}x, embedding {results['speedup_embed']:.2f}x")
+    if "speedup_build" in results:
+        print(f"    2/1 speed-up: build {results['speedup_build']:.2f}x, embedding {results['speedup_embed']:.2f}x")
     print(
         f"(b) embed_blocks {e['embed_blocks_per_s']:.0f} blocks/s vs bare BertModel forward "
         f"{e['bare_blocks_per_s']:.0f} blocks/s, same padded batches of {e['blocks']} blocks: "
         f"{100 * e['embed_over_bare']:.1f}% (target >= 90%)"
     )
     print(
-        f"(c) matmul peak {peak / 1e9:.1f} GFLOP/s; embedding at {e['embed_flops_per_s'] / 1e9:.1f} GFLOP/s "
+        f"(c) {args.precision} matmul peak {peak / 1e9:.1f} GFLOP/s; embedding at {e['embed_flops_per_s'] / 1e9:.1f} GFLOP/s "
         f"= {100 * utilization:.1f}% of it. Full refresh, {WIKIPEDIA_BLOCKS:,} x {WIKIPEDIA_LEN} through "
         f"BERT-base = {w['total_pflop']:.0f} PFLOP; at {rate / 1e12:.3g} TFLOP/s a device"
         f"{'' if args.gpu_tflops else ' (this run peak)'}:"

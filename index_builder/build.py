@@ -31,7 +31,7 @@ import faiss
 import torch
 
 from index_builder.group import BuilderGroup
-from index_builder.publish import build_index_version
+from index_builder.publish import PRECISIONS, build_index_version
 from index_builder.sharded import build_index_version_sharded
 from index_builder.shards import remove_shard_folders
 from realm import run_dir as rd
@@ -63,6 +63,10 @@ class IndexBuilderConfig:
     device: str = "cpu"
     """Device of the document embedder, e.g. "cpu" or "cuda:1"; with ``enable_distributed`` "cpu" or "cuda" (each
     rank takes its local GPU; give the builder its own GPUs with ``CUDA_VISIBLE_DEVICES``)."""
+    precision: str = "fp32"
+    """Dtype of the document embedder's weights while it embeds the corpus: "fp32", "bf16" or "fp16" (GPU only).
+    bf16 is the choice on GPUs (tensor cores, half the memory traffic); the vectors are stored as float32 either
+    way, and the trainer re-embeds its candidates live, so precision only affects which blocks are candidates."""
     enable_distributed: bool = False
     """Join the process group of a launcher (``torchrun``, ``accelerate launch``) and build each version with all its
     processes, one corpus shard each. Off by default, so a builder spawned by a multi-process trainer (which inherits
@@ -88,6 +92,10 @@ class IndexBuilderConfig:
             raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be >= 0, got {self.num_threads}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {self.precision!r}")
+        if self.precision == "fp16" and not self.device.startswith("cuda"):
+            raise ValueError(f"precision fp16 needs a GPU device, got device {self.device!r}; use bf16 on CPU")
         if self.collective_timeout_s <= 0:
             raise ValueError(f"collective_timeout_s must be positive, got {self.collective_timeout_s}")
         if self.enable_distributed and self.device not in ("cpu", "cuda"):
@@ -120,7 +128,9 @@ def _build(
             "building index for retriever step %d (live index: %d; skipping exports %s)", step, current, skipped
         )
     started = time.monotonic()
-    options = dict(batch_size=cfg.batch_size, keep_versions=cfg.keep_versions, should_stop=stop.is_set)
+    options = dict(
+        batch_size=cfg.batch_size, keep_versions=cfg.keep_versions, precision=cfg.precision, should_stop=stop.is_set
+    )
     if cfg.enable_distributed:
         device = "cpu" if cfg.device == "cpu" else str(group.device)
         version = build_index_version_sharded(cfg.run_dir, step, path, cfg.index, group, device=device, **options)

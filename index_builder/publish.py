@@ -16,6 +16,7 @@ from typing import Callable
 
 import datasets
 import numpy as np
+import torch
 from transformers import AutoTokenizer
 
 from realm import run_dir as rd
@@ -24,9 +25,21 @@ from realm.index import FaissIndex, IndexConfig
 from realm.index_budget import plan_index
 from realm.index_gpu import num_gpus
 from realm.packing import SpecialIds
-from realm.retriever import Retriever
+from realm.retriever import Embedder, Retriever
 
 logger = logging.getLogger(__name__)
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""Weight and activation dtype of the document embedder while it embeds the corpus (``IndexBuilderConfig.precision``)."""
+
+
+def load_doc_embedder(export_path: Path, device: str, precision: str = "fp32") -> Embedder:
+    """The export's document embedder on ``device``, its weights cast to ``precision`` for inference."""
+    # note: casting the weights (rather than autocasting an fp32 model) is what half-precision inference wants: no
+    # per-op casts, half the weight traffic. The index only chooses candidates; the trainer re-scores them live.
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    return Retriever.from_pretrained(export_path).doc_embedder.to(device=device, dtype=PRECISIONS[precision])
 
 
 def blocks_fingerprint(blocks: datasets.Dataset) -> str:
@@ -111,6 +124,7 @@ def build_index_version(
     batch_size: int = 64,
     keep_versions: int = 3,
     device: str = "cpu",
+    precision: str = "fp32",
     should_stop: Callable[[], bool] | None = None,
 ) -> Path:
     """Builds, publishes and activates the index for the retriever export at ``export_path``; returns the version.
@@ -127,7 +141,7 @@ def build_index_version(
     if built is not None:
         return built
 
-    embedder = Retriever.from_pretrained(export_path).doc_embedder.to(device)
+    embedder = load_doc_embedder(export_path, device, precision)
     blocks = datasets.load_from_disk(export["blocks"])
     special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
     staging = rd.new_staging(rd.index_dir(run_dir))
@@ -151,7 +165,11 @@ def build_index_version(
             corpus_fingerprint=blocks_fingerprint(blocks),
             cfg=cfg,
             started=started,
-            extra={"blocks": export["blocks"], "max_block_length": export["max_block_length"]},
+            extra={
+                "blocks": export["blocks"],
+                "max_block_length": export["max_block_length"],
+                "embed_precision": precision,
+            },
         )
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

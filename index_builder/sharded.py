@@ -32,6 +32,7 @@ from index_builder.publish import (
     activate,
     activate_if_built,
     blocks_fingerprint,
+    load_doc_embedder,
     publish_embeddings,
     remove_older_exports,
 )
@@ -40,7 +41,6 @@ from realm import run_dir as rd
 from realm.embedding import BuildCancelled, block_lengths
 from realm.index import IndexConfig
 from realm.packing import SpecialIds
-from realm.retriever import Retriever
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +80,7 @@ def _embed_own_shard(
     group: BuilderGroup,
     batch_size: int,
     device: str,
+    precision: str,
     should_stop: Callable[[], bool] | None,
 ) -> dict[str, Any]:
     """This rank's report: its shard embedded (or reused), cancelled, or failed with the error; never raises."""
@@ -87,7 +88,7 @@ def _embed_own_shard(
     # intended (every rank runs the whole embedder on its own shard), so the N-fold warning is silenced
     logging.getLogger("transformers.distributed.tensor_parallel").setLevel(logging.ERROR)
     try:
-        embedder = Retriever.from_pretrained(export_path).doc_embedder.to(device)
+        embedder = load_doc_embedder(export_path, device, precision)
         blocks = datasets.load_from_disk(export["blocks"])
         special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
         key = shard_keys(blocks, export, embedder.projection.out_features, group.world_size)[group.rank]
@@ -109,6 +110,7 @@ def _assemble_and_publish(
     cfg: IndexConfig,
     keep_versions: int,
     started: float,
+    precision: str,
 ) -> str:
     """Rank 0, after every rank reported: check the shards on disk, stream them together, index, publish."""
     failed = [f"rank {r}: {rep['message']}" for r, rep in enumerate(reports) if rep["status"] == "failed"]
@@ -142,6 +144,7 @@ def _assemble_and_publish(
                 "builder_processes": len(reports),
                 "reused_shards": [r for r, rep in enumerate(reports) if rep["reused"]],
                 "embed_seconds": round(max(rep["embed_seconds"] for rep in reports), 3),
+                "embed_precision": precision,
             },
         )
     except BaseException:
@@ -165,6 +168,7 @@ def build_index_version_sharded(
     batch_size: int = 64,
     keep_versions: int = 3,
     device: str = "cpu",
+    precision: str = "fp32",
     should_stop: Callable[[], bool] | None = None,
 ) -> Path:
     """Builds, publishes and activates the index for ``export_path`` with every rank of ``group``; call on all ranks.
@@ -178,9 +182,9 @@ def build_index_version_sharded(
     if prepared["built"] is not None:
         return Path(prepared["built"])
     export = prepared["export"]
-    report = _embed_own_shard(run_dir, export_path, export, group, batch_size, device, should_stop)
+    report = _embed_own_shard(run_dir, export_path, export, group, batch_size, device, precision, should_stop)
     reports = group.all_gather(report)
     version = group.from_main(
-        lambda: _assemble_and_publish(run_dir, export_step, export, reports, cfg, keep_versions, started)
+        lambda: _assemble_and_publish(run_dir, export_step, export, reports, cfg, keep_versions, started, precision)
     )
     return Path(version)

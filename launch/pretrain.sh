@@ -20,6 +20,8 @@
 #                      "none" starts no builder here (run `realm index` elsewhere on the shared run directory);
 #                      several ids build each index version with one process per GPU (--enable_distributed)
 #   BUILDER_CONFIG     index config (default configs/index/default.yaml)
+#   BUILDER_PRECISION  fp32 | bf16 | fp16: dtype of the builder's embedder (default bf16 on GPUs; the index only
+#                      chooses candidates, the trainer re-embeds them live in its own precision)
 #   RUN_DIR            run directory for the builder (default: train.run_dir of the config and overrides given)
 # multi_node (launch/slurm/pretrain.sbatch sets these): NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP; every node runs
 # the same number of trainer processes and sees the run directory on a shared file system.
@@ -85,7 +87,7 @@ PY
         builder=(python -m index_builder.build)
     fi
     CUDA_VISIBLE_DEVICES="$BUILDER_GPUS" "${builder[@]}" --config "${BUILDER_CONFIG:-configs/index/default.yaml}" \
-        --run_dir "$RUN_DIR" --device=cuda >>"$RUN_DIR/builder.log" 2>&1 &
+        --run_dir "$RUN_DIR" --device=cuda --precision="${BUILDER_PRECISION:-bf16}" >>"$RUN_DIR/builder.log" 2>&1 &
     builder_pid=$!
     trap stop_builder EXIT
     echo "launch/pretrain.sh: index builder (pid $builder_pid) on GPU(s) $BUILDER_GPUS, log in $RUN_DIR/builder.log" >&2

@@ -1,8 +1,10 @@
 """Crash-safe training checkpoints: full state in ``RUN/checkpoints/step-NNNNNNNN``, published by rename.
 
-A checkpoint holds what is needed to continue exactly: model, optimizer, scheduler and RNG states (through
-``accelerator.save_state``, which writes model weights with safetensors and reloads everything with
-``weights_only=True``), plus ``trainer_state.json`` (step, index version, running totals) and the resolved config.
+A checkpoint holds what is needed to continue exactly: model, optimizer and RNG states (through
+``accelerator.save_state``, which writes model weights with safetensors and reloads the rest with
+``weights_only=True``), the LR scheduler's state as JSON (``scheduler.json``: accelerate's loader of registered
+custom objects unpickles with ``weights_only=False``, so the scheduler is not registered with it), plus
+``trainer_state.json`` (step, index version, running totals) and the resolved config.
 The batch order is a function of (seed, step), so no data-loader state is needed.
 """
 
@@ -29,9 +31,12 @@ from realm.run_dir import (
 
 logger = logging.getLogger(__name__)
 TRAINER_STATE = "trainer_state.json"
+SCHEDULER_STATE = "scheduler.json"
 
 
-def save_checkpoint(accelerator, run_dir: str | Path, step: int, state: dict[str, Any], config: Any, keep: int) -> Path:
+def save_checkpoint(
+    accelerator, run_dir: str | Path, step: int, state: dict[str, Any], config: Any, keep: int, scheduler
+) -> Path:
     """Writes the checkpoint of ``step`` under a staging name, publishes it, then prunes to the newest ``keep``."""
     parent = checkpoints_dir(run_dir)
     # note: a step-derived staging name (not a uuid) so every rank writes into the same folder.
@@ -46,6 +51,7 @@ def save_checkpoint(accelerator, run_dir: str | Path, step: int, state: dict[str
     accelerator.wait_for_everyone()
     if accelerator.is_main_process:
         (staging / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
+        (staging / SCHEDULER_STATE).write_text(json.dumps(scheduler.state_dict(), indent=2))
         save_config(config, staging / "config.yaml")
         publish_folder(staging, final, {"step": step, "created": now_iso(), "kind": "checkpoint"})
         prune(parent, CHECKPOINT_PREFIX, keep)
@@ -67,9 +73,10 @@ def resolve_resume(run_dir: str | Path, resume: str) -> Path | None:
     return path
 
 
-def load_checkpoint(accelerator, path: Path) -> dict[str, Any]:
+def load_checkpoint(accelerator, path: Path, scheduler) -> dict[str, Any]:
     """Restores model/optimizer/scheduler/RNG states and returns the saved trainer state (with ``step``)."""
     accelerator.load_state(str(path))
+    scheduler.load_state_dict(json.loads((path / SCHEDULER_STATE).read_text()))
     state = json.loads((path / TRAINER_STATE).read_text())
     logger.info("resumed from %s at step %d", path, state["step"])
     return state

@@ -62,6 +62,16 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def make_world_data(run: Path, seed: int, num_entities: int, vocab_size: int, max_block_length: int) -> dict[str, Path]:
+    """The generated world under ``run/world``, its WordPiece vocabulary (``run/tokenizer``) and its corpus cut into
+    blocks (``run/blocks``); returns the world's file paths plus ``tokenizer`` and ``blocks``."""
+    paths = write_world(generate_world(WorldConfig(seed=seed, num_entities=num_entities)), run / "world")
+    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), vocab_size, run / "tokenizer")
+    corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=max_block_length)
+    build_blocks_from_config(corpus, tokenizer, run / "blocks")
+    return {**paths, "tokenizer": run / "tokenizer", "blocks": run / "blocks"}
+
+
 def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
     t_start = time.perf_counter()
     run = Path(args.out)
@@ -69,10 +79,10 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
     stages: dict[str, float] = {}
 
     t = time.perf_counter()
-    paths = write_world(generate_world(WorldConfig(seed=args.seed, num_entities=args.entities)), run / "world")
-    tokenizer = train_wordpiece(
-        iter_field([paths["corpus"], paths["pretrain"]], "text"), args.vocab_size, run / "tokenizer"
-    )
+    # note: blocks are cut for the pre-training retriever, the one that embeds them for the index
+    max_block_length = load_config(PretrainConfig, args.config, overrides).retriever.max_block_length
+    paths = make_world_data(run, args.seed, args.entities, args.vocab_size, max_block_length)
+    stages["data_s"] = time.perf_counter() - t
     cfg = load_config(
         PretrainConfig,
         args.config,
@@ -80,8 +90,8 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
             f"--train.run_dir={run}",
             f"--train.seed={args.seed}",
             f"--train.init_retriever={run / 'ict' / 'retriever'}",
-            f"--data.tokenizer={run / 'tokenizer'}",
-            f"--data.blocks={run / 'blocks'}",
+            f"--data.tokenizer={paths['tokenizer']}",
+            f"--data.blocks={paths['blocks']}",
             f"--data.sentences={paths['pretrain']}",
             f"--data.heldout={paths['heldout']}",
             *([f"--train.max_steps={args.steps}"] if args.steps else []),
@@ -94,17 +104,13 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
         {
             "ict": {
                 "out_dir": str(run / "ict"),
-                "tokenizer": str(run / "tokenizer"),
-                "blocks": str(run / "blocks"),
+                "tokenizer": str(paths["tokenizer"]),
+                "blocks": str(paths["blocks"]),
                 "seed": args.seed,
                 **({"max_steps": args.ict_steps} if args.ict_steps else {}),
             }
         },
     )
-    # note: blocks are cut for the pre-training retriever, the one that embeds them for the index
-    corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=cfg.retriever.max_block_length)
-    build_blocks_from_config(corpus, tokenizer, run / "blocks")
-    stages["data_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
     train_ict(ict_cfg)

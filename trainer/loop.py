@@ -1,15 +1,7 @@
-"""The pre-training loop: owns the optimizer step, retriever exports, index swaps, evaluation and checkpoints.
+"""The pre-training loop: owns the optimizer step, retriever exports, evaluation and checkpoints.
 
-The index is never refreshed inside a step. The builder (another process) publishes new versions; a watcher thread
-loads them off the critical path; the loop swaps the newest one in between steps and blocks only when the index it
-has is more than ``max_staleness`` steps old (or when it has none yet).
-
-With N processes (DDP through accelerate) each process runs its own watcher and retrieves for its own micro-batches
-from its own read-only copy of the index. Which version is live is agreed collectively: a process swaps a version in
-only in the step in which every process has loaded that same version (one all-gather of an int per step), so all
-processes always search the same index and the swap step is the same everywhere. Waiting is collective too: every
-process takes part in each round of the wait (about one a second), a failure seen by any of them (the child builder
-gone, a timeout) ends the wait on all of them at once, and the staleness target is the main process's view.
+Index refresh is asynchronous: the builder (another process) publishes versions, and ``trainer.index_sync`` swaps
+them in between steps, agreed across processes, blocking only past ``refresh.max_staleness``.
 """
 
 from __future__ import annotations
@@ -36,7 +28,15 @@ from realm.model import RealmModel
 from realm.packing import SpecialIds
 from realm.retrieval import BlockStore, retrieve
 from realm.retriever import Retriever
-from realm.run_dir import clean_staging, clear_done, export_retriever, latest_retriever_export, mark_done, retriever_dir
+from realm.run_dir import (
+    PublishedIndex,
+    clean_staging,
+    clear_done,
+    export_retriever,
+    latest_retriever_export,
+    mark_done,
+    retriever_dir,
+)
 from realm.tracking import (
     accelerator_kwargs,
     init_trackers,
@@ -48,25 +48,13 @@ from realm.vocab import load_tokenizer
 from trainer.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from trainer.config import PretrainConfig
 from trainer.data import prepared_sentences, pretrain_loader
+from trainer.index_sync import IndexSync, RunTotals
 from trainer.index_watcher import IndexWatcher
 from trainer.optim import build_optimizer
 from trainer.refresh import builder_command
 from trainer.step import LOSS_UNITS, StepOutput, batch_counts, train_step
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class RunTotals:
-    """Running totals kept in checkpoints so a resumed run reports whole-run figures."""
-
-    wall_s: float = 0.0
-    index_wait_s: float = 0.0
-    """All time blocked on the index: the first one and refreshes past ``max_staleness``."""
-    refresh_wait_s: float = 0.0
-    """The part of ``index_wait_s`` spent on refreshes (everything after the first index of an invocation)."""
-    num_index_refreshes: int = 0
-    num_exports: int = 0
 
 
 def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
@@ -134,17 +122,16 @@ class Trainer:
         # note: the scheduler is not prepared: accelerate's wrapper steps it once per process per call (it assumes a
         # schedule counted in per-process batches), which runs warm-up and decay N times too fast with N processes.
         # Ours counts optimizer steps, so it steps once per step and a run resumes the same on any number of them.
-        self.accelerator.register_for_checkpointing(self.scheduler)
+        # Checkpoints keep its state as JSON (trainer.checkpoint).
         self.num_processes = self.accelerator.num_processes
         self.global_batch_size = cfg.train.batch_size * self.num_processes * cfg.train.grad_accum_steps
         self.loss_fn = get_loss(cfg.train.loss)
         self.schedule = cfg.refresh.schedule()
         self.totals = RunTotals()
         self.step = 0
-        self.index = None
         resume = resolve_resume(self.run_dir, cfg.train.resume)
         if resume is not None:
-            state = load_checkpoint(self.accelerator, resume)
+            state = load_checkpoint(self.accelerator, resume, self.scheduler)
             self.step = state["step"]
             self.totals = RunTotals(**state.get("totals", {}))
         self.metrics = MetricsLogger(
@@ -152,14 +139,24 @@ class Trainer:
         )
         init_trackers(self.accelerator, cfg.tracking, self.run_dir, to_dict(cfg))
         self.watcher = IndexWatcher(self.run_dir, cfg.refresh.poll_interval_s)
-        self.pending = None
-        """A version this process's watcher loaded, newer than ``self.index``, not yet agreed on by all processes."""
         self.builder: subprocess.Popen | None = None
+        self.sync = IndexSync(
+            self.run_dir,
+            self.accelerator,
+            self.watcher,
+            self.totals,
+            builder_exit_code=lambda: self.builder.poll() if self.builder is not None else None,
+        )
         self._start_wall, self._wall_before = time.perf_counter(), self.totals.wall_s  # reset by run()
 
     @property
     def unwrapped(self) -> RealmModel:
         return self.accelerator.unwrap_model(self.model)
+
+    @property
+    def index(self) -> PublishedIndex | None:
+        """The index this process searches (the same version on every process)."""
+        return self.sync.index
 
     # ------------------------------------------------------------------------------------------- index side
 
@@ -206,98 +203,6 @@ class Trainer:
             f"--tracking.wandb_mode={t.wandb_mode}",
         ]
 
-    def _gather_ints(self, *values: int) -> torch.Tensor:
-        """[num_processes, len(values)]: every process's ``values`` in rank order (one all-gather; none when alone)."""
-        local = torch.tensor([values], dtype=torch.long)
-        if self.num_processes == 1:
-            return local
-        return self.accelerator.gather(local.to(self.accelerator.device)).cpu()
-
-    def _take_loaded(self, published=None) -> int:
-        """Keeps the newest version the watcher has loaded as ``pending``; returns its step (-1: none pending)."""
-        published = published if published is not None else self.watcher.take()
-        newest = max(self.pending.step if self.pending else -1, self.index.step if self.index else -1)
-        if published is not None and published.step > newest:
-            self.pending = published
-        return self.pending.step if self.pending is not None else -1
-
-    def _swap_if_agreed(self, held: torch.Tensor, min_step: int = 0) -> bool:
-        """Swaps ``pending`` in when every process holds the same version of step >= ``min_step`` ([N] ``held``)."""
-        step = int(held[0])
-        if step < max(min_step, 0) or not bool((held == step).all()):
-            return False
-        published, self.pending = self.pending, None
-        if published.step > self.step:
-            logger.warning(
-                "index v%d was built from weights after this run's step %d (a run resumed from an "
-                "earlier checkpoint); it is used until the next refresh",
-                published.step,
-                self.step,
-            )
-        self.index = published
-        self.totals.num_index_refreshes += 1
-        logger.info(
-            "step %d: swapped in index v%d (staleness %d)", self.step, published.step, self.step - published.step
-        )
-        return True
-
-    def _wait_problem(self, timed_out: bool) -> int:
-        """0: keep waiting; 1: the child builder has exited (even cleanly, it will publish nothing more); 2: timeout."""
-        if self.builder is not None and self.builder.poll() is not None:
-            return 1
-        return 2 if timed_out else 0
-
-    def wait_for_index(self, min_step: int, timeout_s: float) -> float:
-        """Blocks until every process has loaded one same version of step >= ``min_step``, swaps it in, and returns
-        the seconds waited (also added to ``totals.index_wait_s``).
-
-        Collective: in each round (at most about a second) every process reports the version it holds and whether
-        it gives up, so all of them leave in the same round, swapping the same version or raising the same error.
-        A process ahead of the others (it has already seen a newer version) makes them wait for that one.
-        """
-        start = time.perf_counter()
-        want = min_step
-        while True:
-            held = self._take_loaded()
-            if held < want:
-                held = self._take_loaded(self.watcher.wait_for(want, timeout_s=1.0))
-            # note: a process that holds what it needs does not give up, e.g. on a builder that published it and exited
-            problem = self._wait_problem(time.perf_counter() - start > timeout_s) if held < want else 0
-            rows = self._gather_ints(held, problem)
-            problem = int(rows[:, 1].max())
-            if problem == 1:
-                code = self.builder.returncode if self.builder is not None else "?"
-                raise RuntimeError(
-                    f"the index builder exited with code {code} while the trainer waits for an index; "
-                    f"see {self.run_dir / 'builder.log'}"
-                )
-            if problem == 2:
-                raise TimeoutError(
-                    f"no index of step >= {min_step} appeared in {self.run_dir / 'index'} "
-                    f"within {timeout_s:.0f} s; is the builder running?"
-                )
-            if self._swap_if_agreed(rows[:, 0], min_step):
-                break
-            want = max(min_step, int(rows[:, 0].max()))
-        waited = time.perf_counter() - start
-        self.totals.index_wait_s += waited
-        return waited
-
-    def maybe_swap_index(self) -> None:
-        """Between steps: swap in a newer index once every process has it; block only past ``max_staleness``."""
-        self._swap_if_agreed(self._gather_ints(self._take_loaded())[:, 0])
-        staleness = self.step - self.index.step
-        if staleness > self.cfg.refresh.max_staleness:
-            # note: every process takes this branch together (same step, same index); the target is the main
-            # process's view, since it writes the exports and may have just published one the others cannot see yet
-            latest = latest_retriever_export(self.run_dir) if self.accelerator.is_main_process else None
-            target = int(self._gather_ints(latest[0] if latest else self.step)[0, 0])
-            if target > self.index.step:
-                logger.info(
-                    "index is %d steps stale (> %d): waiting for v%d", staleness, self.cfg.refresh.max_staleness, target
-                )
-                self.totals.refresh_wait_s += self.wait_for_index(target, self.cfg.refresh.initial_index_timeout_s)
-
     # ------------------------------------------------------------------------------------------- loop
 
     def run(self) -> dict:
@@ -321,7 +226,7 @@ class Trainer:
             self.accelerator.distributed_type,
             self.accelerator.mixed_precision,
         )
-        self.wait_for_index(0, cfg.refresh.initial_index_timeout_s)
+        self.sync.wait_for_index(0, self.step, cfg.refresh.initial_index_timeout_s)
 
         loader = pretrain_loader(
             self.sentences,
@@ -341,7 +246,7 @@ class Trainer:
         last_step = min(cfg.train.max_steps, cfg.train.stop_at_step or cfg.train.max_steps)
         bar = progress(last_step, "training", unit="step", initial=self.step, enabled=self.accelerator.is_main_process)
         while self.step < last_step:
-            self.maybe_swap_index()
+            self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s)
             batch, out = self.optimizer_step(list(itertools.islice(micro_batches, cfg.train.grad_accum_steps)), window)
             self.step += 1
             bar.update(1)
@@ -483,7 +388,9 @@ class Trainer:
 
     def save(self) -> None:
         state = {"index_step": self.index.step if self.index else None, "totals": vars(self.totals)}
-        save_checkpoint(self.accelerator, self.run_dir, self.step, state, self.cfg, self.cfg.train.keep_checkpoints)
+        save_checkpoint(
+            self.accelerator, self.run_dir, self.step, state, self.cfg, self.cfg.train.keep_checkpoints, self.scheduler
+        )
 
     def summary(self) -> dict:
         totals = self.totals

@@ -8,22 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from realm.blocks import build_blocks_from_config
-from realm.corpus import CorpusConfig
-from realm.jsonl import iter_field
-from realm.vocab import train_wordpiece
-from realm.world import WorldConfig, generate_world, write_world
+from trainer.demo import make_world_data as make_world
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def make_world(out: Path, seed: int, num_entities: int, vocab_size: int, max_block_length: int) -> dict[str, Path]:
-    """A generated world with its WordPiece vocabulary and blocks under ``out``; returns every path by name."""
-    paths = write_world(generate_world(WorldConfig(seed=seed, num_entities=num_entities)), out / "world")
-    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), vocab_size, out / "tokenizer")
-    corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=max_block_length)
-    build_blocks_from_config(corpus, tokenizer, out / "blocks")
-    return {**paths, "tokenizer": out / "tokenizer", "blocks": out / "blocks"}
 
 
 @pytest.fixture(scope="session")

@@ -85,6 +85,34 @@ def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(ru
     assert [s for s, _ in rd.list_published(rd.retriever_dir(run_dir), rd.RETRIEVER_PREFIX)] == [30]
 
 
+def test_bf16_builder_embeds_in_bf16_and_publishes_float32_vectors_close_to_fp32(run):
+    run_dir, blocks_path, tokenizer_path = run
+    retriever = export(run, 10)
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=7, precision="bf16")) == 1
+    published = rd.load_index_version(rd.current_index_version(run_dir))
+    assert published.manifest["embed_precision"] == "bf16"
+    vectors = np.array(published.embeddings())
+    assert vectors.dtype == np.float32
+    blocks = datasets.load_from_disk(str(blocks_path))
+    special = SpecialIds.of(AutoTokenizer.from_pretrained(tokenizer_path))
+    inputs = block_batch(blocks["title_ids"], blocks["body_ids"], special, MAX_BLOCK_LENGTH)
+    with torch.inference_mode():
+        fp32 = retriever.doc_embedder.eval()(**inputs)
+        bf16 = retriever.doc_embedder.to(torch.bfloat16)(**inputs).float()
+    got = torch.from_numpy(vectors)
+    # the published rows are the bf16 model's (length-batched, so equal up to bf16 rounding), not the fp32 model's
+    assert (got - fp32).abs().max() > 1e-4
+    assert torch.nn.functional.cosine_similarity(got, bf16).min() > 0.999
+    assert torch.nn.functional.cosine_similarity(got, fp32).min() > 0.99
+
+
+def test_builder_precision_is_checked_up_front():
+    with pytest.raises(ValueError, match="precision must be one of"):
+        IndexBuilderConfig(run_dir="r", precision="fp8")
+    with pytest.raises(ValueError, match="fp16 needs a GPU"):
+        IndexBuilderConfig(run_dir="r", precision="fp16")
+
+
 def test_polling_builder_follows_exports_and_exits_when_the_run_is_done(run):
     run_dir = run[0]
     export(run, 0)

@@ -79,8 +79,14 @@ def test_stopped_and_resumed_run_reaches_the_same_losses(tiny_world, tmp_path):
     run_module("trainer.pretrain", *common, f"--train.run_dir={straight}")
     run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}", "--train.stop_at_step=3")
     assert sorted(_losses(interrupted)) == [1, 2, 3]
+    # the LR schedule is checkpointed as JSON, never as a pickle accelerate would load with weights_only=False
+    checkpoint = interrupted / "checkpoints" / "step-00000003"
+    assert (checkpoint / "scheduler.json").is_file() and not list(checkpoint.glob("custom_checkpoint_*"))
     run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}")
     a, b = _losses(straight), _losses(interrupted)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), f"step {step}: {a[step]} vs {b[step]}"
+    lrs = [{r["step"]: r["train/lr"] for r in read_metrics(run / "metrics.jsonl") if "train/lr" in r} for run in
+           (straight, interrupted)]  # fmt: skip
+    assert lrs[0] == lrs[1] and len(set(lrs[0].values())) > 2

@@ -72,7 +72,9 @@ def test_builder_devices_set_cuda_visible_devices_and_the_cuda_device():
     assert (
         cmd[1:3] == ["-m", "index_builder.build"] and "--device=cuda" in cmd and "--enable_distributed=true" not in cmd
     )
-    assert env["CUDA_VISIBLE_DEVICES"] == "7"
+    assert env["CUDA_VISIBLE_DEVICES"] == "7" and not any(a.startswith("--precision") for a in cmd)
+    cmd, _ = _cmd(builder_devices="7", builder_precision="bf16")
+    assert "--precision=bf16" in cmd
 
 
 def test_builder_env_strips_every_launcher_variable_and_nothing_else():

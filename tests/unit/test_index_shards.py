@@ -113,7 +113,7 @@ def test_rank_zero_publishes_nothing_when_a_peer_failed(world):
     run_dir, export, _, _, _ = world
     reports = [{"status": "ok"}, {"status": "failed", "message": "RuntimeError: out of memory"}]
     with pytest.raises(PeerError, match="rank 1: RuntimeError: out of memory"):
-        _assemble_and_publish(run_dir, 3, export, reports, IndexConfig(), 3, time.time())
+        _assemble_and_publish(run_dir, 3, export, reports, IndexConfig(), 3, time.time(), "fp32")
     assert rd.current_index_version(run_dir) is None
     assert not list(rd.index_dir(run_dir).glob(f"{rd.STAGING_PREFIX}*"))
 

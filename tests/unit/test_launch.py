@@ -88,15 +88,20 @@ def test_pretrain_sh_puts_the_trainer_on_all_gpus_but_the_last_and_the_builder_o
     devices, args = builder.split(" ", 1)[1].split("|")
     assert builder.startswith("python ") and devices == "3"
     assert f"-m index_builder.build --config configs/index/default.yaml --run_dir {tmp_path / 'run'}" in args
+    assert args.endswith("--device=cuda --precision=bf16")
 
 
 def test_pretrain_sh_placement_is_overridable(tmp_path):
-    (trainer,), (builder,) = _pretrain_sh(tmp_path, TRAINER_GPUS="0,1", BUILDER_GPUS="2,3", BUILDER_CONFIG="c.yaml")
+    (trainer,), (builder,) = _pretrain_sh(
+        tmp_path, TRAINER_GPUS="0,1", BUILDER_GPUS="2,3", BUILDER_CONFIG="c.yaml", BUILDER_PRECISION="fp32"
+    )
     assert trainer.startswith("accelerate 0,1|") and "--num_processes 2" in trainer
     assert (
         builder.startswith("torchrun 2,3|")
         and "--nproc_per_node 2" in builder
         and "--enable_distributed=true" in builder
+        and "--config c.yaml" in builder
+        and builder.endswith("--precision=fp32")
     )
     (trainer,), builders = _pretrain_sh(tmp_path, BUILDER_GPUS="none", NUM_PROCESSES="2")
     assert trainer.startswith("accelerate 0,1,2|") and "--num_processes 2" in trainer and builders == []

@@ -1,0 +1,82 @@
+"""The trainer's index protocol (one process): swaps between steps, waits only past max_staleness, and a dead builder
+or a timeout ends a wait with an error that says where to look, instead of hanging."""
+
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import trainer.index_sync as index_sync
+from trainer.index_sync import IndexSync, RunTotals
+
+
+class FakeWatcher:
+    """Hands over versions (objects with a ``step``) that a test publishes, possibly from another thread."""
+
+    def __init__(self) -> None:
+        self.loaded: list[SimpleNamespace] = []
+        self.lock = threading.Lock()
+
+    def publish(self, step: int) -> None:
+        with self.lock:
+            self.loaded.append(SimpleNamespace(step=step))
+
+    def take(self):
+        with self.lock:
+            return self.loaded.pop() if self.loaded else None
+
+    def wait_for(self, min_step: int, timeout_s: float):
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if self.loaded and self.loaded[-1].step >= min_step:
+                    return self.loaded.pop()
+            time.sleep(0.01)
+        return None
+
+
+def _sync(tmp_path: Path, exit_code=lambda: None) -> tuple[IndexSync, FakeWatcher]:
+    watcher = FakeWatcher()
+    accelerator = SimpleNamespace(num_processes=1, is_main_process=True)
+    return IndexSync(tmp_path, accelerator, watcher, RunTotals(), exit_code), watcher
+
+
+def test_newest_loaded_version_is_swapped_in_between_steps_without_waiting(tmp_path):
+    sync, watcher = _sync(tmp_path)
+    watcher.publish(0)
+    assert sync.wait_for_index(0, step=0, timeout_s=5) < 1
+    assert sync.index.step == 0 and sync.totals.num_index_refreshes == 1
+    watcher.publish(10)
+    sync.maybe_swap(step=12, max_staleness=100, timeout_s=5)
+    assert sync.index.step == 10 and sync.totals.num_index_refreshes == 2
+    sync.maybe_swap(step=90, max_staleness=100, timeout_s=5)  # stale by 80 <= 100: no wait, nothing new
+    assert sync.index.step == 10 and sync.totals.refresh_wait_s == 0
+
+
+def test_past_max_staleness_the_trainer_waits_for_the_newest_export_and_counts_it(tmp_path, monkeypatch):
+    sync, watcher = _sync(tmp_path)
+    watcher.publish(0)
+    sync.wait_for_index(0, step=0, timeout_s=5)
+    monkeypatch.setattr(index_sync, "latest_retriever_export", lambda run_dir: (20, run_dir / "retriever"))
+    threading.Timer(0.3, watcher.publish, args=(20,)).start()
+    sync.maybe_swap(step=21, max_staleness=10, timeout_s=5)
+    assert sync.index.step == 20
+    assert 0.25 < sync.totals.refresh_wait_s < 3 and sync.totals.index_wait_s >= sync.totals.refresh_wait_s
+
+
+def test_a_builder_that_exits_during_a_wait_ends_it_with_an_error(tmp_path):
+    code = {"value": None}
+    sync, _ = _sync(tmp_path, exit_code=lambda: code["value"])
+    threading.Timer(0.2, code.update, kwargs={"value": 3}).start()
+    started = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"index builder exited with code 3 .*builder\.log"):
+        sync.wait_for_index(0, step=0, timeout_s=60)
+    assert time.monotonic() - started < 5  # noticed within the next round, not at the timeout
+
+
+def test_no_index_within_the_timeout_is_an_error(tmp_path):
+    sync, _ = _sync(tmp_path)
+    with pytest.raises(TimeoutError, match="no index of step >= 0 appeared"):
+        sync.wait_for_index(0, step=0, timeout_s=0.5)

@@ -1,0 +1,160 @@
+"""Which index version the trainer searches, agreed across its processes; the only place the trainer waits for one.
+
+The index is never refreshed inside a step. The builder (another process) publishes new versions; each process's
+watcher thread loads them off the critical path; between steps ``IndexSync.maybe_swap`` swaps the newest one in and
+blocks only when the live index is more than ``max_staleness`` steps old (or when there is none yet).
+
+With N processes each process retrieves from its own read-only copy of the index. A version goes live only in the
+step in which every process has loaded that same version (one all-gather of an int per step), so all processes always
+search the same index and swap in the same step. Waiting is collective too: every process takes part in each round of
+the wait (about one a second), a failure seen by any of them (the child builder gone, a timeout) ends the wait on all
+of them at once, and the staleness target is the main process's view.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from accelerate import Accelerator
+
+from realm.run_dir import PublishedIndex, latest_retriever_export
+from trainer.index_watcher import IndexWatcher
+
+logger = logging.getLogger(__name__)
+
+_KEEP_WAITING, _BUILDER_EXITED, _TIMED_OUT = 0, 1, 2
+
+
+@dataclass
+class RunTotals:
+    """Running totals kept in checkpoints so a resumed run reports whole-run figures."""
+
+    wall_s: float = 0.0
+    index_wait_s: float = 0.0
+    """All time blocked on the index: the first one and refreshes past ``max_staleness``."""
+    refresh_wait_s: float = 0.0
+    """The part of ``index_wait_s`` spent on refreshes (everything after the first index of an invocation)."""
+    num_index_refreshes: int = 0
+    num_exports: int = 0
+
+
+class IndexSync:
+    """The live index of one trainer process and the collective protocol that changes it.
+
+    Args:
+        run_dir: the run directory (exports and published index versions).
+        accelerator: the trainer's; its processes agree on every swap.
+        watcher: this process's loader of published versions (started by the caller).
+        totals: the run's totals; waits and swaps are added to them.
+        builder_exit_code: the child builder's exit code, or None while it runs (or when there is no child).
+    """
+
+    def __init__(
+        self,
+        run_dir: Path,
+        accelerator: Accelerator,
+        watcher: IndexWatcher,
+        totals: RunTotals,
+        builder_exit_code: Callable[[], int | None],
+    ) -> None:
+        self.run_dir = run_dir
+        self.accelerator = accelerator
+        self.watcher = watcher
+        self.totals = totals
+        self.builder_exit_code = builder_exit_code
+        self.index: PublishedIndex | None = None
+        self.pending: PublishedIndex | None = None
+        """A version this process's watcher loaded, newer than ``index``, not yet agreed on by all processes."""
+
+    def gather_ints(self, *values: int) -> torch.Tensor:
+        """[num_processes, len(values)]: every process's ``values`` in rank order (one all-gather; none when alone)."""
+        local = torch.tensor([values], dtype=torch.long)
+        if self.accelerator.num_processes == 1:
+            return local
+        return self.accelerator.gather(local.to(self.accelerator.device)).cpu()
+
+    def _take_loaded(self, published: PublishedIndex | None = None) -> int:
+        """Keeps the newest version the watcher has loaded as ``pending``; returns its step (-1: none pending)."""
+        published = published if published is not None else self.watcher.take()
+        newest = max(self.pending.step if self.pending else -1, self.index.step if self.index else -1)
+        if published is not None and published.step > newest:
+            self.pending = published
+        return self.pending.step if self.pending is not None else -1
+
+    def _swap_if_agreed(self, held: torch.Tensor, step: int, min_step: int = 0) -> bool:
+        """Swaps ``pending`` in when every process holds the same version of step >= ``min_step`` ([N] ``held``)."""
+        version = int(held[0])
+        if version < max(min_step, 0) or not bool((held == version).all()):
+            return False
+        published, self.pending = self.pending, None
+        if published.step > step:
+            logger.warning(
+                "index v%d was built from weights after this run's step %d (a run resumed from an "
+                "earlier checkpoint); it is used until the next refresh",
+                published.step,
+                step,
+            )
+        self.index = published
+        self.totals.num_index_refreshes += 1
+        logger.info("step %d: swapped in index v%d (staleness %d)", step, published.step, step - published.step)
+        return True
+
+    def _wait_problem(self, timed_out: bool) -> int:
+        # note: a child builder that exited, even cleanly, will publish nothing more
+        if self.builder_exit_code() is not None:
+            return _BUILDER_EXITED
+        return _TIMED_OUT if timed_out else _KEEP_WAITING
+
+    def wait_for_index(self, min_step: int, step: int, timeout_s: float) -> float:
+        """Blocks until every process has loaded one same version of step >= ``min_step``, swaps it in, and returns
+        the seconds waited (also added to ``totals.index_wait_s``).
+
+        Collective: in each round (at most about a second) every process reports the version it holds and whether
+        it gives up, so all of them leave in the same round, swapping the same version or raising the same error.
+        A process ahead of the others (it has already seen a newer version) makes them wait for that one.
+        """
+        start = time.perf_counter()
+        want = min_step
+        while True:
+            held = self._take_loaded()
+            if held < want:
+                held = self._take_loaded(self.watcher.wait_for(want, timeout_s=1.0))
+            # note: a process that holds what it needs does not give up, e.g. on a builder that published it and exited
+            timed_out = time.perf_counter() - start > timeout_s
+            problem = self._wait_problem(timed_out) if held < want else _KEEP_WAITING
+            rows = self.gather_ints(held, problem)
+            problem = int(rows[:, 1].max())
+            if problem == _BUILDER_EXITED:
+                raise RuntimeError(
+                    f"the index builder exited with code {self.builder_exit_code()} while the trainer waits for an "
+                    f"index; see {self.run_dir / 'builder.log'}"
+                )
+            if problem == _TIMED_OUT:
+                raise TimeoutError(
+                    f"no index of step >= {min_step} appeared in {self.run_dir / 'index'} "
+                    f"within {timeout_s:.0f} s; is the builder running?"
+                )
+            if self._swap_if_agreed(rows[:, 0], step, min_step):
+                break
+            want = max(min_step, int(rows[:, 0].max()))
+        waited = time.perf_counter() - start
+        self.totals.index_wait_s += waited
+        return waited
+
+    def maybe_swap(self, step: int, max_staleness: int, timeout_s: float) -> None:
+        """Between steps: swap in a newer index once every process has it; block only past ``max_staleness``."""
+        self._swap_if_agreed(self.gather_ints(self._take_loaded())[:, 0], step)
+        staleness = step - self.index.step
+        if staleness > max_staleness:
+            # note: every process takes this branch together (same step, same index); the target is the main
+            # process's view, since it writes the exports and may have just published one the others cannot see yet
+            latest = latest_retriever_export(self.run_dir) if self.accelerator.is_main_process else None
+            target = int(self.gather_ints(latest[0] if latest else step)[0, 0])
+            if target > self.index.step:
+                logger.info("index is %d steps stale (> %d): waiting for v%d", staleness, max_staleness, target)
+                self.totals.refresh_wait_s += self.wait_for_index(target, step, timeout_s)
