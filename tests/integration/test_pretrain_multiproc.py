@@ -118,3 +118,29 @@ def test_two_processes_with_accumulation_step_like_one_process_with_the_whole_ba
     assert read_manifest(exports[0][1])["weights_sha256"] == index_manifest["weights_sha256"]
     for folder in ("checkpoints", "retriever"):
         assert not [p for p in (two / folder).iterdir() if p.name.startswith(STAGING_PREFIX)]
+
+    # a checkpoint of the 2-process run resumes on 1 process with the whole batch and continues the same steps
+    # (the data order is a function of (seed, step), the LR schedule counts optimizer steps)
+    resumed = tmp_path / "resumed"
+    shutil.copytree(one / "index", resumed / "index")
+    _launch_two_processes(
+        *common,
+        f"--train.run_dir={resumed}",
+        "--train.batch_size=4",
+        "--train.grad_accum_steps=2",
+        "--refresh.spawn_builder=false",
+        "--train.stop_at_step=2",
+    )
+    proc = run_module(
+        "trainer.pretrain",
+        *common,
+        f"--train.run_dir={resumed}",
+        "--train.batch_size=16",
+        "--refresh.spawn_builder=false",
+    )
+    assert "resumed from" in proc.stderr and last_json(proc.stdout)["world_size"] == 1
+    c = _train_records(resumed)
+    assert [r["step"] for r in c] == list(range(1, STEPS + 1))
+    for ra, rc in zip(a, c):
+        assert rc["train/lr"] == pytest.approx(ra["train/lr"], rel=1e-9), f"step {ra['step']}"
+        assert rc["train/loss"] == pytest.approx(ra["train/loss"], rel=1e-5, abs=1e-6), f"step {ra['step']}"
