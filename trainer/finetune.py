@@ -32,8 +32,9 @@ from realm.qa_data import LoadStats, load_task
 from realm.qa_evaluation import QAContext, evaluate_qa
 from realm.reader import ReaderConfig
 from realm.retriever import RetrieverConfig
-from realm.tracking import TrackingConfig, accelerator_kwargs, init_trackers
+from realm.tracking import TrackingConfig, init_trackers
 from realm.vocab import load_tokenizer
+from trainer.accelerator import build_accelerator
 from trainer.data import StepBatchSampler
 from trainer.optim import OptimConfig, build_optimizer
 from trainer.qa_eval import write_evaluation
@@ -121,7 +122,7 @@ class Finetuner:
         self.cfg = cfg
         self.out = Path(cfg.finetune.out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
-        self.accelerator = accelerator or Accelerator(**accelerator_kwargs(cfg.tracking, self.out))
+        self.accelerator = accelerator or build_accelerator(cfg.tracking, self.out)
         set_num_threads(cfg.finetune.num_threads)
         torch.manual_seed(cfg.finetune.seed)
         if not cfg.task.train:
@@ -193,6 +194,9 @@ class Finetuner:
         if loop.eval_at_start:
             self.evaluate(0)
         batches = iter(self.loader())
+        logger.info("fine-tuning on %d process(es) x batch %d = global batch %d (%s, mixed precision %s)",
+                    acc.num_processes, loop.batch_size, acc.num_processes * loop.batch_size, acc.distributed_type,
+                    acc.mixed_precision)  # fmt: skip
         t0 = time.perf_counter()
         window: dict[str, float] = {}
         bar = progress(loop.max_steps, "fine-tuning", unit="step", enabled=acc.is_main_process)

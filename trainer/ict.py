@@ -27,6 +27,7 @@ from realm.retriever import Retriever, RetrieverConfig
 from realm.run_dir import new_staging, now_iso, publish_folder, remove_folder
 from realm.sentences import split_sentences
 from realm.vocab import load_tokenizer
+from trainer.accelerator import cpu_safe_mixed_precision
 from trainer.data import KeyedExamples, StepBatchSampler
 from trainer.optim import OptimConfig, build_optimizer
 
@@ -89,7 +90,7 @@ def ict_examples(blocks: datasets.Dataset, tokenizer) -> datasets.Dataset:
 
 def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     """Runs ICT and returns the published ``retriever/`` folder."""
-    accelerator = accelerator or Accelerator()
+    accelerator = accelerator or Accelerator(mixed_precision=cpu_safe_mixed_precision())
     set_num_threads(cfg.ict.num_threads)
     torch.manual_seed(cfg.ict.seed)
     out_dir = Path(cfg.ict.out_dir)

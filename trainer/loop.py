@@ -38,13 +38,13 @@ from realm.run_dir import (
     retriever_dir,
 )
 from realm.tracking import (
-    accelerator_kwargs,
     init_trackers,
     log_retrieval_table,
     resolve_run_name,
     retrieval_rows,
 )
 from realm.vocab import load_tokenizer
+from trainer.accelerator import build_accelerator
 from trainer.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from trainer.config import PretrainConfig
 from trainer.data import prepared_sentences, pretrain_loader
@@ -93,7 +93,7 @@ class Trainer:
     def __init__(self, cfg: PretrainConfig, accelerator: Accelerator | None = None) -> None:
         self.cfg = cfg
         self.run_dir = Path(cfg.train.run_dir)
-        self.accelerator = accelerator or Accelerator(**accelerator_kwargs(cfg.tracking, self.run_dir))
+        self.accelerator = accelerator or build_accelerator(cfg.tracking, self.run_dir)
         set_num_threads(cfg.train.num_threads)
         torch.manual_seed(cfg.train.seed)
         self.run_dir.mkdir(parents=True, exist_ok=True)

@@ -16,8 +16,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from accelerate import Accelerator
-
 from realm import run_dir as rd
 from realm.atomic import write_text_atomic
 from realm.config import ConfigError, load_config
@@ -30,12 +28,12 @@ from realm.reader import ReaderConfig
 from realm.tracking import (
     PREDICTIONS_KEY,
     TrackingConfig,
-    accelerator_kwargs,
     init_trackers,
     log_wandb_table,
     prediction_rows,
 )
 from realm.vocab import load_tokenizer
+from trainer.accelerator import build_accelerator
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +113,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         task.load(args.data, args.max_questions), ctx.words.tokenizer, ctx.reader.max_question_length
     )
     tracking = TrackingConfig(report_to=args.report_to)
-    accelerator = Accelerator(**accelerator_kwargs(tracking, out))
+    accelerator = build_accelerator(tracking, out)
     init_trackers(accelerator, tracking, out, {"data": args.data, "task": args.task}, job_type="evaluate")
     top_k = tuple(int(k) for k in args.top_k.split(","))
     metrics, records = evaluate_qa(

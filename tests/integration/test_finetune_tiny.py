@@ -6,32 +6,11 @@ from pathlib import Path
 
 import pytest
 
-from realm.config import load_config
-from tests.integration.conftest import make_world
-from trainer.finetune import FinetuneConfig, Finetuner
+from tests.integration.conftest import tiny_qa_config as _config
+from trainer.finetune import Finetuner
 from trainer.qa_eval import main as evaluate_main
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def qa_world(tmp_path_factory) -> dict[str, Path]:
-    return make_world(tmp_path_factory.mktemp("qa_world"), seed=5, num_entities=12, vocab_size=600, max_block_length=64)
-
-
-def _config(world: dict[str, Path], out: Path, steps: int) -> FinetuneConfig:
-    overrides = {
-        "finetune": {"out_dir": str(out), "max_steps": steps, "batch_size": 8, "retriever_beam": 50,
-                     "log_interval": 20, "eval_batch_size": 16, "num_threads": 1},
-        "task": {"name": "jsonl", "train": str(world["questions"]), "dev": str(world["questions"])},
-        "init": {"tokenizer": str(world["tokenizer"]), "blocks": str(world["blocks"])},
-        "reader": {"span_hidden_size": 32, "max_question_length": 24, "max_sequence_length": 88},
-        "model": {"hidden_size": 48, "num_layers": 2, "num_heads": 4, "intermediate_size": 96,
-                  "max_position_embeddings": 128, "dropout": 0.0},
-        "retriever": {"embed_dim": 32, "max_block_length": 64, "pooling": "mean"},
-        "optim": {"lr": 3e-3, "warmup_steps": 10, "retriever_lr_scale": 1.0},
-    }  # fmt: skip
-    return load_config(FinetuneConfig, overrides=overrides)
 
 
 def test_finetuning_improves_exact_match_and_evaluate_reproduces_it(qa_world, tmp_path: Path, capsys) -> None:

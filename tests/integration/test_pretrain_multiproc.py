@@ -4,39 +4,17 @@ the whole global batch: same losses, same learning rates, one writer of checkpoi
 import json
 import math
 import shutil
-import socket
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from realm.logging import read_metrics
 from realm.run_dir import STAGING_PREFIX, list_published, read_manifest
-from tests.integration.conftest import ROOT, last_json, run_module, subprocess_env
+from tests.integration.conftest import last_json, launch_two_processes, run_module
 from trainer.data import StepBatchSampler
 
 TINY = "configs/pretrain/tiny.yaml"
 STEPS = 4
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _launch_two_processes(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
-    """``TOPOLOGY=multi_cpu launch/pretrain.sh ARGS``: accelerate's launcher with 2 gloo processes on CPU."""
-    env = subprocess_env()
-    # note: the launcher the script finds must be this interpreter's accelerate
-    env.update(TOPOLOGY="multi_cpu", MAIN_PROCESS_PORT=str(_free_port()))
-    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
-    proc = subprocess.run(
-        ["bash", "launch/pretrain.sh", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout
-    )
-    assert proc.returncode == 0, f"launch failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
-    return proc
 
 
 def _train_records(run_dir: Path) -> list[dict]:
@@ -82,7 +60,8 @@ def test_two_processes_with_accumulation_step_like_one_process_with_the_whole_ba
     # note: the two-process run searches the very index the first one built (v0 of the same seeded initial weights,
     # checked below), so any difference in losses comes from the training step, not from a rebuilt index
     shutil.copytree(one / "index", two / "index")
-    proc = _launch_two_processes(
+    proc = launch_two_processes(
+        "launch/pretrain.sh",
         *common,
         f"--train.run_dir={two}",
         "--train.batch_size=4",
@@ -123,7 +102,8 @@ def test_two_processes_with_accumulation_step_like_one_process_with_the_whole_ba
     # (the data order is a function of (seed, step), the LR schedule counts optimizer steps)
     resumed = tmp_path / "resumed"
     shutil.copytree(one / "index", resumed / "index")
-    _launch_two_processes(
+    launch_two_processes(
+        "launch/pretrain.sh",
         *common,
         f"--train.run_dir={resumed}",
         "--train.batch_size=4",

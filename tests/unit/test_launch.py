@@ -8,8 +8,11 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
 from accelerate.utils import DistributedType
+
+from trainer.accelerator import cpu_safe_mixed_precision
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
@@ -114,3 +117,22 @@ def test_pretrain_sh_multi_node_starts_the_builder_on_node_0_only(tmp_path):
     assert builder.startswith("python 3|")
     (trainer,), builders = _pretrain_sh(tmp_path, MACHINE_RANK="1", **nodes)
     assert trainer.startswith("accelerate 0,1,2|") and "--machine_rank 1" in trainer and builders == []
+
+
+@pytest.mark.parametrize(
+    "requested, use_cpu, gpu, expected",
+    [
+        ("bf16", "", False, "no"),  # asked for on a CPU-only machine: fp32
+        ("fp16", "true", True, "no"),  # GPUs present, but the launcher put this process on CPU
+        ("bf16", "", True, None),  # on a GPU the launcher's choice stands
+        (None, "", False, None),
+    ],
+)
+def test_processes_on_cpu_run_in_fp32_whatever_the_launcher_asks(monkeypatch, requested, use_cpu, gpu, expected):
+    for name, value in (("ACCELERATE_MIXED_PRECISION", requested), ("ACCELERATE_USE_CPU", use_cpu)):
+        if value:
+            monkeypatch.setenv(name, value)
+        else:
+            monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    assert cpu_safe_mixed_precision() == expected
