@@ -75,6 +75,8 @@ def test_builder_devices_set_cuda_visible_devices_and_the_cuda_device():
     assert env["CUDA_VISIBLE_DEVICES"] == "7" and not any(a.startswith("--precision") for a in cmd)
     cmd, _ = _cmd(builder_devices="7", builder_precision="bf16")
     assert "--precision=bf16" in cmd
+    with pytest.raises(ValueError, match="builder_precision must be empty or one of"):
+        RefreshConfig(builder_precision="half")
 
 
 def test_builder_env_strips_every_launcher_variable_and_nothing_else():
