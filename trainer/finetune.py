@@ -34,7 +34,7 @@ from realm.reader import ReaderConfig
 from realm.retriever import RetrieverConfig
 from realm.tracking import TrackingConfig, init_trackers
 from realm.vocab import load_tokenizer
-from trainer.accelerator import build_accelerator
+from trainer.accelerator import build_accelerator, exit_code_after_run
 from trainer.data import StepBatchSampler
 from trainer.optim import OptimConfig, build_optimizer
 from trainer.qa_eval import write_evaluation
@@ -284,8 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     overrides += [f"--{key}={value}" for key, value in shortcuts.items() if value is not None]
     init_logging()
     cfg = load_config(FinetuneConfig, args.config, overrides)
-    print(Finetuner(cfg).train())
-    return 0
+    tuner = Finetuner(cfg)
+    print(tuner.train())
+    return exit_code_after_run(tuner.accelerator, 0)
 
 
 if __name__ == "__main__":
