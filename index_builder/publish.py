@@ -115,6 +115,40 @@ def remove_older_exports(run_dir: str | Path, export_step: int) -> None:
                 logger.warning("could not remove old retriever export %s: %s", path, err)
 
 
+def publish_new_version(
+    run_dir: str | Path,
+    export_step: int,
+    export: dict,
+    blocks: datasets.Dataset,
+    cfg: IndexConfig,
+    keep_versions: int,
+    started: float,
+    write_embeddings: Callable[[Path], dict],
+) -> Path:
+    """The end of every build: ``write_embeddings(path)`` fills a staging ``embeddings.npy`` (and returns extra
+    manifest fields); it is indexed, published as ``index/v-{export_step}``, made CURRENT, and exports older than it
+    are removed. Any failure (or a stop) removes the staging folder and leaves CURRENT as it was."""
+    staging = rd.new_staging(rd.index_dir(run_dir))
+    try:
+        extra = write_embeddings(staging / rd.EMBEDDINGS_FILE)
+        version = publish_embeddings(
+            run_dir,
+            staging,
+            step=export_step,
+            weights_sha256=export["weights_sha256"],
+            corpus_fingerprint=blocks_fingerprint(blocks),
+            cfg=cfg,
+            started=started,
+            extra={"blocks": export["blocks"], "max_block_length": export["max_block_length"], **extra},
+        )
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    activate(run_dir, version, keep_versions)
+    remove_older_exports(run_dir, export_step)
+    return version
+
+
 def build_index_version(
     run_dir: str | Path,
     export_step: int,
@@ -144,36 +178,15 @@ def build_index_version(
     embedder = load_doc_embedder(export_path, device, precision)
     blocks = datasets.load_from_disk(export["blocks"])
     special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
-    staging = rd.new_staging(rd.index_dir(run_dir))
-    try:
+
+    def embed(path: Path) -> dict:
         out = np.lib.format.open_memmap(
-            staging / rd.EMBEDDINGS_FILE,
-            mode="w+",
-            dtype=np.float32,
-            shape=(len(blocks), embedder.projection.out_features),
+            path, mode="w+", dtype=np.float32, shape=(len(blocks), embedder.projection.out_features)
         )
         embed_blocks(
             embedder, blocks, special, export["max_block_length"], batch_size, out, device, should_stop=should_stop
         )
         out.flush()
-        del out
-        version = publish_embeddings(
-            run_dir,
-            staging,
-            step=export_step,
-            weights_sha256=export["weights_sha256"],
-            corpus_fingerprint=blocks_fingerprint(blocks),
-            cfg=cfg,
-            started=started,
-            extra={
-                "blocks": export["blocks"],
-                "max_block_length": export["max_block_length"],
-                "embed_precision": precision,
-            },
-        )
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    activate(run_dir, version, keep_versions)
-    remove_older_exports(run_dir, export_step)
-    return version
+        return {"embed_precision": precision}
+
+    return publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, embed)

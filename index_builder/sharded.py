@@ -18,7 +18,6 @@ done. A killed rank's shard stays marker-less, and the next run redoes it (and r
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -28,14 +27,7 @@ import datasets
 from transformers import AutoTokenizer
 
 from index_builder.group import BuilderGroup, PeerError
-from index_builder.publish import (
-    activate,
-    activate_if_built,
-    blocks_fingerprint,
-    load_doc_embedder,
-    publish_embeddings,
-    remove_older_exports,
-)
+from index_builder.publish import activate_if_built, load_doc_embedder, publish_new_version
 from index_builder.shards import ShardKey, assemble, embed_shard, remove_shard_folders, shard_bounds, shard_folder
 from realm import run_dir as rd
 from realm.embedding import BuildCancelled, block_lengths
@@ -125,33 +117,19 @@ def _assemble_and_publish(
         if ShardKey(**report["key"]) != key:
             raise PeerError(f"rank {key.rank} embedded {report['key']}, expected {asdict(key)}")
     folder = shard_folder(run_dir, export["weights_sha256"])
-    staging = rd.new_staging(rd.index_dir(run_dir))
-    try:
+
+    def assemble_shards(path: Path) -> dict[str, Any]:
         assembled = time.monotonic()
-        assemble(folder, keys, staging / rd.EMBEDDINGS_FILE)
+        assemble(folder, keys, path)
         logger.info("assembled %d shards in %.1f s", len(keys), time.monotonic() - assembled)
-        version = publish_embeddings(
-            run_dir,
-            staging,
-            step=export_step,
-            weights_sha256=export["weights_sha256"],
-            corpus_fingerprint=blocks_fingerprint(blocks),
-            cfg=cfg,
-            started=started,
-            extra={
-                "blocks": export["blocks"],
-                "max_block_length": export["max_block_length"],
-                "builder_processes": len(reports),
-                "reused_shards": [r for r, rep in enumerate(reports) if rep["reused"]],
-                "embed_seconds": round(max(rep["embed_seconds"] for rep in reports), 3),
-                "embed_precision": precision,
-            },
-        )
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    activate(run_dir, version, keep_versions)
-    remove_older_exports(run_dir, export_step)
+        return {
+            "builder_processes": len(reports),
+            "reused_shards": [r for r, rep in enumerate(reports) if rep["reused"]],
+            "embed_seconds": round(max(rep["embed_seconds"] for rep in reports), 3),
+            "embed_precision": precision,
+        }
+
+    version = publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, assemble_shards)
     newer = rd.list_published(rd.retriever_dir(run_dir), rd.RETRIEVER_PREFIX)
     keep = {m["weights_sha256"] for s, p in newer if s > export_step and (m := rd.read_manifest(p)) is not None}
     remove_shard_folders(run_dir, keep)
