@@ -174,7 +174,8 @@ class Finetuner:
         return DataLoader(self.train_set, batch_sampler=sampler, collate_fn=collate)
 
     def evaluate(self, step: int) -> dict[str, float] | None:
-        if self.dev_set is None or not self.accelerator.is_main_process:
+        """Dev metrics at ``step``; call on every process (each evaluates its shard), returned on the main one."""
+        if self.dev_set is None:
             return None
         metrics, records = evaluate_qa(
             self.unwrapped,
@@ -182,7 +183,10 @@ class Finetuner:
             self.ctx,
             batch_size=self.cfg.finetune.eval_batch_size,
             device=self.accelerator.device,
+            accelerator=self.accelerator,
         )
+        if not self.accelerator.is_main_process:
+            return None
         write_evaluation(self.out, f"dev-step-{step}", metrics, records, self.accelerator, step)
         self.evaluations.append((step, metrics))
         self.metrics.log({f"eval/{k}": v for k, v in metrics.items()}, step)

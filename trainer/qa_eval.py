@@ -33,7 +33,7 @@ from realm.tracking import (
     prediction_rows,
 )
 from realm.vocab import load_tokenizer
-from trainer.accelerator import build_accelerator
+from trainer.accelerator import build_accelerator, exit_code_after_run
 
 logger = logging.getLogger(__name__)
 
@@ -117,13 +117,20 @@ def _evaluate(args: argparse.Namespace) -> int:
     init_trackers(accelerator, tracking, out, {"data": args.data, "task": args.task}, job_type="evaluate")
     top_k = tuple(int(k) for k in args.top_k.split(","))
     metrics, records = evaluate_qa(
-        model.to(accelerator.device), questions, ctx, batch_size=args.batch_size, top_k=top_k, device=accelerator.device
+        model.to(accelerator.device),
+        questions,
+        ctx,
+        batch_size=args.batch_size,
+        top_k=top_k,
+        device=accelerator.device,
+        accelerator=accelerator,
     )
-    name = args.name or Path(args.data).stem
-    folder = write_evaluation(out, name, metrics, records, accelerator, int(manifest.get("step", 0)))
+    if accelerator.is_main_process:
+        name = args.name or Path(args.data).stem
+        folder = write_evaluation(out, name, metrics, records, accelerator, int(manifest.get("step", 0)))
+        print(json.dumps({"predictions": str(folder / PREDICTIONS_FILE), **metrics}, indent=2))
     accelerator.end_training()
-    print(json.dumps({"predictions": str(folder / PREDICTIONS_FILE), **metrics}, indent=2))
-    return 0
+    return exit_code_after_run(accelerator, 0)
 
 
 if __name__ == "__main__":

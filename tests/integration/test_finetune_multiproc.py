@@ -1,5 +1,6 @@
 """Two fine-tuning processes (DDP over gloo on CPU, through launch/finetune.sh) step like one process with the whole
-batch; the main process alone builds the frozen index, writes metrics and publishes the model."""
+batch; the main process alone builds the frozen index, writes metrics and publishes the model; the dev evaluation is
+sharded over both processes and gives the same predictions, in the same order, as one process."""
 
 import json
 from pathlib import Path
@@ -22,8 +23,7 @@ def _losses(out: Path) -> dict[int, tuple[float, float]]:
 def test_two_finetuning_processes_step_like_one_process_with_the_whole_batch(qa_world, tmp_path):
     cfg = tiny_qa_config(qa_world, tmp_path / "unused", steps=STEPS, batch_size=8)
     cfg.finetune.log_interval = 1
-    cfg.finetune.eval_at_start = False
-    cfg.task.dev = ""
+    cfg.finetune.eval_at_start = False  # one dev evaluation, after the last step
     save_config(cfg, tmp_path / "qa.yaml")
     one, two = tmp_path / "one", tmp_path / "two"
     run_module("trainer.finetune", "--config", str(tmp_path / "qa.yaml"), f"--out={one}")
@@ -41,3 +41,15 @@ def test_two_finetuning_processes_step_like_one_process_with_the_whole_batch(qa_
     manifest = json.loads((two / "model" / "manifest.json").read_text())
     assert manifest["kind"] == "qa_model" and manifest["step"] == STEPS
     assert not [p for p in two.iterdir() if p.name.startswith(".staging")]
+
+    def evaluation(out: Path) -> tuple[dict, list[dict]]:
+        folder = out / "eval" / f"dev-step-{STEPS}"
+        records = [json.loads(line) for line in (folder / "predictions.jsonl").read_text().splitlines()]
+        return json.loads((folder / "metrics.json").read_text()), records
+
+    (metrics_one, records_one), (metrics_two, records_two) = evaluation(one), evaluation(two)
+    assert metrics_two == pytest.approx(metrics_one) and metrics_two["num_questions"] == len(records_one) > 2
+    assert [r["question"] for r in records_two] == [r["question"] for r in records_one]  # file order kept
+    for r1, r2 in zip(records_one, records_two):
+        assert (r2["prediction"], r2["block_ids"], r2["has_answer"]) == (r1["prediction"], r1["block_ids"],
+                                                                        r1["has_answer"])  # fmt: skip

@@ -215,3 +215,31 @@ def test_aggregate():
     assert aggregate([], [], []) == {"exact_match": 0.0, "num": 0}
     with pytest.raises(ValueError):
         aggregate(["a"], [["a"]], [])
+
+
+def test_shards_of_the_questions_are_contiguous_cover_every_row_once_and_differ_by_at_most_one():
+    from realm.qa_evaluation import shard_rows
+
+    for n, world in [(33, 2), (7, 3), (2, 4), (0, 2), (100, 8)]:
+        shards = [shard_rows(n, r, world) for r in range(world)]
+        assert [row for shard in shards for row in shard] == list(range(n))
+        assert max(map(len, shards)) - min(map(len, shards)) <= 1
+
+
+def test_qa_metrics_over_records():
+    from realm.qa_evaluation import qa_metrics
+
+    records = [
+        {"correct": True, "has_answer": [False, True], "span_in_read_blocks": True},
+        {"correct": False, "has_answer": [False, False], "span_in_read_blocks": False},
+        {"correct": False, "has_answer": [True, False], "span_in_read_blocks": True},
+        {"correct": False, "has_answer": [], "span_in_read_blocks": False},
+    ]
+    metrics = qa_metrics(records, top_k=(1, 2))
+    assert metrics == {
+        "exact_match": 0.25,
+        "num_questions": 4,
+        "top1_accuracy": 0.25,
+        "top2_accuracy": 0.5,
+        "correct_span_in_read_blocks": 0.5,
+    }
