@@ -46,7 +46,9 @@ def _parse(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--steps", type=int, default=None, help="override the pre-training steps")
     parser.add_argument("--threads", type=int, default=0, help="trainer threads (0: torch default)")
     parser.add_argument("--qa-steps", type=int, default=None, help="override the QA fine-tuning steps (0 skips QA)")
-    parser.add_argument("--qa-dev", type=int, default=0, help="evaluate QA on the first N held-out questions (0: all)")
+    parser.add_argument(
+        "--qa-dev", type=int, default=500, help="evaluate QA on the first N held-out questions (default 500; 0: all)"
+    )
     parser.add_argument("--ict-config", default="configs/ict/demo.yaml")
     parser.add_argument("--config", default="configs/pretrain/demo.yaml")
     parser.add_argument("--qa-config", default="configs/finetune/demo.yaml")
