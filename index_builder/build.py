@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -39,6 +40,7 @@ from realm.config import ConfigError, load_config, to_dict
 from realm.embedding import BuildCancelled
 from realm.index import IndexConfig
 from realm.logging import init_logging
+from realm.process_exit import exit_code_after_run
 from realm.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
 
 logger = logging.getLogger(__name__)
@@ -208,15 +210,12 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
         torch.set_num_threads(cfg.num_threads)
         faiss.omp_set_num_threads(cfg.num_threads)
     group = BuilderGroup.join(cfg.device, cfg.collective_timeout_s) if cfg.enable_distributed else BuilderGroup()
-    try:
-        if cfg.enable_distributed:
-            init_logging(is_main_process=group.is_main)
-            logger.info("index builder: %d process(es), rank 0 on %s", group.world_size, group.device)
-            if group.world_size == 1:
-                logger.warning("enable_distributed but the launcher started ONE process (see DESIGN.md section 3)")
-        return _loop(cfg, stop, group)
-    finally:
-        group.close()
+    if cfg.enable_distributed:
+        init_logging(is_main_process=group.is_main)
+        logger.info("index builder: %d process(es), rank 0 on %s", group.world_size, group.device)
+        if group.world_size == 1:
+            logger.warning("enable_distributed but the launcher started ONE process (see DESIGN.md section 3)")
+    return _loop(cfg, stop, group)
 
 
 def _loop(cfg: IndexBuilderConfig, stop: threading.Event, group: BuilderGroup) -> int:
@@ -264,10 +263,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         built = run_builder(cfg, stop=stop)
         logger.info("index builder exiting after %d build(s)%s", built, " (stopped)" if stop.is_set() else "")
-        return 0
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    # note: the launcher's WORLD_SIZE: the processes of the builder's group, which they leave by exiting
+    return exit_code_after_run(int(os.environ.get("WORLD_SIZE", "1")) if cfg.enable_distributed else 1, 0)
 
 
 if __name__ == "__main__":

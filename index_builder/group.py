@@ -7,7 +7,8 @@
 Ranks exchange only small control messages (what to build, each shard's report, the build's outcome); the
 embeddings travel through files. Those messages go over a **gloo** group even when the default group is NCCL: gloo
 waits on the CPU with the configured timeout, so a rank waiting for a slow or dead peer fails loudly instead of
-hanging, and no GPU memory or stream is involved.
+hanging, and no GPU memory or stream is involved. The group is never torn down explicitly: a builder process of an
+N-process run ends through ``realm.process_exit`` (tearing a gloo group down can hang).
 """
 
 from __future__ import annotations
@@ -99,7 +100,3 @@ class BuilderGroup:
         if kind == "error":
             raise PeerError(f"rank 0 failed: {payload}")
         return payload
-
-    def close(self) -> None:
-        if self.group is not None and dist.is_initialized():
-            dist.destroy_process_group()

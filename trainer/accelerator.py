@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from pathlib import Path
 
 import torch
@@ -35,18 +34,3 @@ def build_accelerator(tracking: TrackingConfig, run_dir: str | Path) -> Accelera
     if precision == "no":
         logger.warning("mixed precision %s requested on CPU: running in fp32", os.environ["ACCELERATE_MIXED_PRECISION"])
     return Accelerator(**accelerator_kwargs(tracking, Path(run_dir)), mixed_precision=precision)
-
-
-def exit_code_after_run(accelerator: Accelerator, code: int) -> int:
-    """``code``, for a single-process run. A process of a multi-process run is ended here, with ``code``, once its
-    output is flushed (call this last, after ``end_training``)."""
-    if accelerator.num_processes == 1:
-        return code
-    # note: torch's gloo ProcessGroup destructor joins its worker threads while holding the GIL, and a worker that
-    # is still releasing the last finished collective needs the GIL: interpreter teardown can then hang forever
-    # (seen on a loaded machine: rank 1 of a finished 2-process fine-tuning run never exited). Everything is
-    # written and closed by now, so the process leaves without running those destructors.
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

@@ -27,6 +27,7 @@ from realm.index import IndexConfig
 from realm.jsonl import DataFileError
 from realm.logging import MetricsLogger, init_logging, progress, set_num_threads
 from realm.model import ModelConfig
+from realm.process_exit import exit_code_after_run
 from realm.qa_batch import QACollator, QuestionSet
 from realm.qa_data import LoadStats, load_task
 from realm.qa_evaluation import QAContext, evaluate_qa
@@ -34,7 +35,7 @@ from realm.reader import ReaderConfig
 from realm.retriever import RetrieverConfig
 from realm.tracking import TrackingConfig, init_trackers
 from realm.vocab import load_tokenizer
-from trainer.accelerator import build_accelerator, exit_code_after_run
+from trainer.accelerator import build_accelerator
 from trainer.data import StepBatchSampler
 from trainer.optim import OptimConfig, build_optimizer
 from trainer.qa_eval import write_evaluation
@@ -290,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_config(FinetuneConfig, args.config, overrides)
     tuner = Finetuner(cfg)
     print(tuner.train())
-    return exit_code_after_run(tuner.accelerator, 0)
+    return exit_code_after_run(tuner.accelerator.num_processes, 0)
 
 
 if __name__ == "__main__":

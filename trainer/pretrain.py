@@ -8,7 +8,8 @@ import logging
 
 from realm.config import load_config
 from realm.logging import init_logging
-from trainer.accelerator import build_accelerator, exit_code_after_run
+from realm.process_exit import exit_code_after_run
+from trainer.accelerator import build_accelerator
 from trainer.config import PretrainConfig
 from trainer.loop import Trainer
 
@@ -29,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         trainer.close()
     accelerator.print(json.dumps(summary, indent=2))
-    return exit_code_after_run(accelerator, 0)
+    return exit_code_after_run(accelerator.num_processes, 0)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from realm.atomic import write_text_atomic
 from realm.config import ConfigError, load_config
 from realm.jsonl import DataFileError
 from realm.logging import init_logging, set_num_threads
+from realm.process_exit import exit_code_after_run
 from realm.qa_batch import QuestionSet
 from realm.qa_evaluation import DEFAULT_TOP_K, evaluate_qa
 from realm.qa_model import OpenQAModel
@@ -33,7 +34,7 @@ from realm.tracking import (
     prediction_rows,
 )
 from realm.vocab import load_tokenizer
-from trainer.accelerator import build_accelerator, exit_code_after_run
+from trainer.accelerator import build_accelerator
 
 logger = logging.getLogger(__name__)
 
@@ -130,7 +131,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         folder = write_evaluation(out, name, metrics, records, accelerator, int(manifest.get("step", 0)))
         print(json.dumps({"predictions": str(folder / PREDICTIONS_FILE), **metrics}, indent=2))
     accelerator.end_training()
-    return exit_code_after_run(accelerator, 0)
+    return exit_code_after_run(accelerator.num_processes, 0)
 
 
 if __name__ == "__main__":
