@@ -37,6 +37,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
+from step import bert_flops, device_time, matmul_peak  # bench/step.py, beside this file
 from transformers import BertConfig, BertTokenizer
 
 from index_builder.publish import PRECISIONS
@@ -83,36 +84,9 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def forward_flops(c: BertConfig, num_seqs: int, seq_len: int, embed_dim: int) -> float:
-    """Forward FLOPs of a BERT embedder over [num_seqs, seq_len] padded tokens (+ the [CLS] projection).
-
-    Per token and layer 2 * (4 h^2 + 2 h f) in the QKV/output and FFN matmuls, per sequence and layer 2 * 2 * L^2 * h
-    in QK^T and AV (``bench/step.py``'s count, without the backward's factor 3).
-    """
-    h, f, n = c.hidden_size, c.intermediate_size, c.num_hidden_layers
-    return (
-        2 * num_seqs * seq_len * n * (4 * h * h + 2 * h * f)
-        + 4 * num_seqs * n * h * seq_len**2
-        + (2 * num_seqs * h * embed_dim)
-    )
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_peak(n: int, device: torch.device, dtype: torch.dtype, repeats: int = 5) -> float:
-    """FLOP/s of a [n, n] @ [n, n] ``torch.mm`` in ``dtype`` on ``device``, the best of ``repeats`` after a warm-up."""
-    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    torch.mm(a, b)
-    times = []
-    for _ in range(repeats):
-        _sync(device)
-        t0 = time.perf_counter()
-        torch.mm(a, b)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return 2 * n**3 / min(times)
+    """Forward FLOPs of a BERT embedder over [num_seqs, seq_len] padded tokens (+ the [CLS] projection):
+    ``bench/step.py``'s training count without the backward's factor 3."""
+    return bert_flops(c, num_seqs, seq_len) / 3 + 2 * num_seqs * c.hidden_size * embed_dim
 
 
 def make_corpus(root: Path, args: argparse.Namespace) -> tuple[Path, Path]:
@@ -204,13 +178,11 @@ def embed_vs_bare(embedder, blocks: datasets.Dataset, special: SpecialIds, args:
     with torch.inference_mode():
         embedder.bert(**batches[0])  # warm-up
     for _ in range(args.rounds):
-        _sync(device)
-        t0 = time.perf_counter()
+        t0 = device_time(device)
         with torch.inference_mode():
             for inputs in batches:
                 embedder.bert(**inputs)
-        _sync(device)
-        bare_s.append(time.perf_counter() - t0)
+        bare_s.append(device_time(device) - t0)
         t0 = time.perf_counter()
         embed_blocks(embedder, sub, special, args.block_len, args.batch, out)  # ends with a copy to host memory
         embed_s.append(time.perf_counter() - t0)
@@ -256,7 +228,7 @@ def main(argv: list[str] | None = None) -> dict:
     device, dtype = torch.device("cuda" if args.device.startswith("cuda") else "cpu"), PRECISIONS[args.precision]
     embedder = retriever.doc_embedder.to(device=device, dtype=dtype)  # as the builder loads it
     results["embed"] = embed_vs_bare(embedder, datasets.load_from_disk(str(blocks_path)), special, args)
-    peak = matmul_peak(args.peak_size, device, dtype)
+    peak = matmul_peak(dtype, args.peak_size, device)
     utilization = results["embed"]["embed_flops_per_s"] / peak
     rate = args.gpu_tflops * 1e12 if args.gpu_tflops > 0 else peak
     results.update(peak_flops_per_s=peak, embed_utilization=utilization, projection_rate=rate)

@@ -94,7 +94,8 @@ class RandomStore:
         return [self.titles[i] for i in ids], [self.bodies[i] for i in ids]
 
 
-def _now(device: torch.device) -> float:
+def device_time(device: torch.device) -> float:
+    """``time.perf_counter()`` once the device's queued work is done (CUDA kernels run asynchronously)."""
     if device.type == "cuda":
         torch.cuda.synchronize()  # note: CUDA kernels are async; the clock must wait for them
     return time.perf_counter()
@@ -109,9 +110,9 @@ def matmul_peak(dtype: torch.dtype, n: int, device: torch.device, repeats: int =
     torch.mm(a, b)
     times = []
     for _ in range(repeats):
-        t0 = _now(device)
+        t0 = device_time(device)
         torch.mm(a, b)
-        times.append(_now(device) - t0)
+        times.append(device_time(device) - t0)
     return 2 * n**3 / min(times)
 
 
@@ -203,12 +204,12 @@ class RealmStep:
     def __call__(self) -> tuple[dict[str, float], RealmBatch]:
         """One step: ({part: seconds}, the batch with its candidates)."""
         batch, device, model = self._batch(), self.device, self.model
-        t0 = _now(device)
+        t0 = device_time(device)
         model.eval()  # as the loop: deterministic query embeddings for the search
         with torch.no_grad(), self.autocast:
             query_emb = model.embed_queries(batch)
         model.train()
-        t1 = _now(device)
+        t1 = device_time(device)
         batch = retrieve(
             query_emb,
             batch,
@@ -218,16 +219,16 @@ class RealmStep:
             self.cfg,
         )
         batch = batch.to(device)
-        t2 = _now(device)
+        t2 = device_time(device)
         with self.autocast:
             out = train_step(model, batch, self.loss_fn)
         out.loss.backward()
-        t3 = _now(device)
+        t3 = device_time(device)
         nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        t4 = _now(device)
+        t4 = device_time(device)
         parts = {"search_embed": t1 - t0, "retrieve": t2 - t1, "fwd_bwd": t3 - t2, "optimizer": t4 - t3}
         return {"step": t4 - t0, **parts}, batch
 
@@ -244,7 +245,7 @@ class MlmStep:
     def __call__(self, seqs: dict[str, Seqs]) -> tuple[float, float, int]:
         """Trains on ``seqs`` of ``self.towers`` (one forward per tower); returns (seconds, FLOPs, tokens)."""
         inputs = [tuple(t.to(self.device) for t in seqs[name]) for name in self.towers]
-        t0 = _now(self.device)
+        t0 = device_time(self.device)
         with self.autocast:
             loss = 0.0
             for ids, mask, types in inputs:
@@ -254,7 +255,7 @@ class MlmStep:
         nn.utils.clip_grad_norm_(self.mlm.parameters(), 1.0)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        seconds = _now(self.device) - t0
+        seconds = device_time(self.device) - t0
         tokens = sum(ids.numel() for ids, _, _ in inputs)  # note: the head runs at every position, padding too
         flops = mlm_head_flops(self.c, tokens) + sum(bert_flops(self.c, *ids.shape) for ids, _, _ in inputs)
         return seconds, flops, tokens
