@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import signal
 import sys
 import threading
@@ -32,7 +31,7 @@ import faiss
 import torch
 
 from index_builder.group import BuilderGroup
-from index_builder.publish import PRECISIONS, build_index_version
+from index_builder.publish import build_index_version, check_precision
 from index_builder.sharded import build_index_version_sharded
 from index_builder.shards import remove_shard_folders
 from realm import run_dir as rd
@@ -94,8 +93,7 @@ class IndexBuilderConfig:
             raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be >= 0, got {self.num_threads}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {self.precision!r}")
+        check_precision(self.precision)
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             raise ValueError(f"precision fp16 needs a GPU device, got device {self.device!r}; use bf16 on CPU")
         if self.collective_timeout_s <= 0:
@@ -266,8 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    # note: the launcher's WORLD_SIZE: the processes of the builder's group, which they leave by exiting
-    return exit_code_after_run(int(os.environ.get("WORLD_SIZE", "1")) if cfg.enable_distributed else 1, 0)
+    return exit_code_after_run(torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1, 0)
 
 
 if __name__ == "__main__":

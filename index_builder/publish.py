@@ -33,12 +33,19 @@ PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float
 """Weight and activation dtype of the document embedder while it embeds the corpus (``IndexBuilderConfig.precision``)."""
 
 
+def check_precision(precision: str, name: str = "precision", allow_empty: bool = False) -> None:
+    """Raises ``ValueError`` unless ``precision`` is a key of ``PRECISIONS`` (or empty, where that is allowed)."""
+    if precision in PRECISIONS or (allow_empty and not precision):
+        return
+    choices = f"{'empty or ' if allow_empty else ''}one of {sorted(PRECISIONS)}"
+    raise ValueError(f"{name} must be {choices}, got {precision!r}")
+
+
 def load_doc_embedder(export_path: Path, device: str, precision: str = "fp32") -> Embedder:
     """The export's document embedder on ``device``, its weights cast to ``precision`` for inference."""
     # note: casting the weights (rather than autocasting an fp32 model) is what half-precision inference wants: no
     # per-op casts, half the weight traffic. The index only chooses candidates; the trainer re-scores them live.
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {sorted(PRECISIONS)}, got {precision!r}")
+    check_precision(precision)
     return Retriever.from_pretrained(export_path).doc_embedder.to(device=device, dtype=PRECISIONS[precision])
 
 

@@ -85,7 +85,7 @@ def evaluate_qa(
     *,
     batch_size: int = 16,
     top_k: tuple[int, ...] = DEFAULT_TOP_K,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     accelerator: Any = None,
 ) -> tuple[dict[str, float], list[dict[str, Any]]]:
     """(metrics, one prediction record per question in order).
@@ -93,7 +93,10 @@ def evaluate_qa(
     A record holds the question, gold answers, prediction, whether it is correct, whether a correct span was in the
     read blocks, and for the top ``max(top_k)`` blocks their ids, titles, retriever scores and ``has_answer``. With
     an ``accelerator`` of several processes, call it on every process: each evaluates its shard of the questions.
+    ``device`` defaults to the accelerator's, or the CPU.
     """
+    if device is None:
+        device = accelerator.device if accelerator else "cpu"
     rank, world_size = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
     rows = shard_rows(len(questions), rank, world_size)
     was_training = model.training

@@ -183,7 +183,6 @@ class Finetuner:
             self.dev_set,
             self.ctx,
             batch_size=self.cfg.finetune.eval_batch_size,
-            device=self.accelerator.device,
             accelerator=self.accelerator,
         )
         if not self.accelerator.is_main_process:

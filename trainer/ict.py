@@ -26,8 +26,9 @@ from realm.packing import SpecialIds
 from realm.retriever import Retriever, RetrieverConfig
 from realm.run_dir import new_staging, now_iso, publish_folder, remove_folder
 from realm.sentences import split_sentences
+from realm.tracking import TrackingConfig
 from realm.vocab import load_tokenizer
-from trainer.accelerator import cpu_safe_mixed_precision
+from trainer.accelerator import build_accelerator
 from trainer.data import KeyedExamples, StepBatchSampler
 from trainer.optim import OptimConfig, build_optimizer
 
@@ -90,7 +91,7 @@ def ict_examples(blocks: datasets.Dataset, tokenizer) -> datasets.Dataset:
 
 def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     """Runs ICT and returns the published ``retriever/`` folder."""
-    accelerator = accelerator or Accelerator(mixed_precision=cpu_safe_mixed_precision())
+    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.ict.out_dir)
     set_num_threads(cfg.ict.num_threads)
     torch.manual_seed(cfg.ict.seed)
     out_dir = Path(cfg.ict.out_dir)

@@ -123,7 +123,6 @@ def _evaluate(args: argparse.Namespace) -> int:
         ctx,
         batch_size=args.batch_size,
         top_k=top_k,
-        device=accelerator.device,
         accelerator=accelerator,
     )
     if accelerator.is_main_process:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from index_builder.publish import PRECISIONS
+from index_builder.publish import check_precision
 
 
 @dataclass(kw_only=True, slots=True)
@@ -49,10 +49,7 @@ class RefreshConfig:
             raise ValueError(f"refresh_interval must be positive, got {self.refresh_interval}")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
-        if self.builder_precision and self.builder_precision not in PRECISIONS:
-            raise ValueError(
-                f"builder_precision must be empty or one of {sorted(PRECISIONS)}, got {self.builder_precision!r}"
-            )
+        check_precision(self.builder_precision, "builder_precision", allow_empty=True)
         if self.builder_num_processes < 1:
             raise ValueError(f"builder_num_processes must be >= 1, got {self.builder_num_processes}")
         self.builder_devices = str(self.builder_devices).replace(" ", "")
