@@ -79,6 +79,10 @@ class RealmBatch(_Movable):
     def size(self) -> int:
         return self.query_input_ids.shape[0]
 
+    def query_tokens(self) -> list[list[int]]:
+        """Each masked query's wordpieces without [CLS]/[SEP] or padding (the first segment of the reader input)."""
+        return [row[mask.bool()].tolist()[1:-1] for row, mask in zip(self.query_input_ids, self.query_attention_mask)]
+
 
 class PretrainCollator:
     """Masks one salient span per sentence (or an ablation mode) and packs ``[CLS] sentence [SEP]``.

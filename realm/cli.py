@@ -1,9 +1,10 @@
 """The ``realm`` command: thin dispatch to each process's own entry point.
 
-realm demo                      embedded world -> vocabulary -> ICT -> pre-training with a live builder -> eval
+realm demo                      embedded world -> vocabulary -> reader warm-up -> ICT -> pre-training -> eval -> QA
 realm train --config C [...]    the trainer process          (python -m trainer.pretrain)
 realm index --config C --run_dir RUN   the index-builder process   (python -m index_builder.build)
 realm ict --config C [...]      Inverse Cloze Task warm start (python -m trainer.ict)
+realm warmup --config C [...]   reader warm-up of a from-scratch encoder (python -m trainer.warmup)
 realm world --out DIR           write the synthetic encyclopaedia as jsonl
 realm vocab ...                 train a WordPiece vocabulary
 realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into blocks
@@ -24,6 +25,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("trainer.pretrain", "the trainer process"),
     "index": ("index_builder.build", "the index-builder process"),
     "ict": ("trainer.ict", "Inverse Cloze Task warm start of the embedders"),
+    "warmup": ("trainer.warmup", "reader warm-up of a from-scratch encoder on trivial retrievals"),
     "world": ("realm.tools", "write the synthetic encyclopaedia"),
     "vocab": ("realm.tools", "train a WordPiece vocabulary"),
     "blocks": ("realm.tools", "cut a corpus into blocks"),

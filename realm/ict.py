@@ -18,18 +18,21 @@ from realm.masking import example_rng
 from realm.packing import SpecialIds, block_batch, pack_single, pad
 
 
-def ict_loss(query_emb: Tensor, block_emb: Tensor, label_offset: int = 0) -> tuple[Tensor, Tensor]:
+def ict_loss(
+    query_emb: Tensor, block_emb: Tensor, label_offset: int = 0, scale: float = 1.0
+) -> tuple[Tensor, Tensor]:
     """In-batch softmax: query i's positive is block ``label_offset + i``, every other block is a negative.
 
     Args:
         query_emb: [B, D] local queries.
         block_emb: [G, D] blocks of the batch (G = B), or of the global batch gathered from all processes.
         label_offset: where this process's blocks start in ``block_emb``.
+        scale: the retriever's inverse temperature (``RetrieverConfig.score_scale``), as in pre-training.
 
     Returns:
         (scalar cross-entropy loss, scalar accuracy of the in-batch argmax).
     """
-    scores = upcast(query_emb) @ upcast(block_emb).T  # [B, G]
+    scores = scale * (upcast(query_emb) @ upcast(block_emb).T)  # [B, G]
     labels = torch.arange(scores.shape[0], device=scores.device) + label_offset
     return F.cross_entropy(scores, labels), (scores.argmax(-1) == labels).float().mean().detach()
 

@@ -101,3 +101,18 @@ def retrieval_metrics(retrieval_logits: Tensor, token_log_probs: Tensor, mask: T
     utility = _masked_mean(marginal - upcast(token_log_probs[:, 0]), mask)
     null_prob = torch.softmax(upcast(retrieval_logits), dim=-1)[:, 0].mean()
     return {"retrieval_utility": utility, "null_doc_prob": null_prob}
+
+
+@torch.no_grad()
+def accuracy_metrics(predictions: Tensor, targets: Tensor, mask: Tensor) -> dict[str, Tensor]:
+    """``mlm_accuracy`` over the masked wordpieces and ``span_accuracy`` over examples (every wordpiece right).
+
+    Args:
+        predictions, targets: [B, M] wordpiece ids; mask: [B, M] with 1 for real masked targets.
+    """
+    mask = mask.bool()
+    hit = predictions == targets
+    return {
+        "mlm_accuracy": (hit & mask).sum() / mask.sum().clamp_min(1),
+        "span_accuracy": (hit | ~mask).all(dim=1).float().mean(),
+    }

@@ -71,7 +71,7 @@ class RealmModel(nn.Module):
         null = cand.null_input_ids
         null_emb = self.retriever.embed_docs(null, torch.ones_like(null), torch.zeros_like(null))
         doc_emb = torch.cat([null_emb.unsqueeze(0).expand(bsz, 1, -1), doc_emb], dim=1)  # [B, K, D]
-        logits = retrieval_scores(query_emb.float(), doc_emb.float())
+        logits = retrieval_scores(query_emb.float(), doc_emb.float(), self.retriever.query_embedder.score_scale)
         logits = logits.masked_fill(~cand.slot_mask, _EMPTY_SLOT_LOGIT)
 
         positions = batch.mask_positions.repeat_interleave(num_slots, dim=0)  # [B*K, M]

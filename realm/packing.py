@@ -55,6 +55,12 @@ def pack_single(tokens: Sequence[int], special: SpecialIds, max_length: int) -> 
     return [special.cls, *list(tokens)[: max_length - 2], special.sep]
 
 
+def reader_length(queries: Sequence[Sequence[int]], max_block_length: int) -> int:
+    """Room for ``[CLS] query [SEP] body [SEP]``: the longest query plus a whole block body (a block's
+    ``[CLS] title [SEP] body [SEP]`` holds at most ``max_block_length - 3`` body wordpieces), so no body is cut."""
+    return max((len(q) for q in queries), default=0) + max_block_length
+
+
 def pad(sequences: Sequence[Sequence[int]], pad_id: int, length: int | None = None) -> tuple[Tensor, Tensor]:
     """Right-pads to the longest sequence (or ``length``); returns ([N, L] ids, [N, L] attention mask)."""
     width = length if length is not None else max((len(s) for s in sequences), default=0)
@@ -67,12 +73,23 @@ def pad(sequences: Sequence[Sequence[int]], pad_id: int, length: int | None = No
     return ids, mask
 
 
+def pack_pairs(
+    firsts: Sequence[Sequence[int]], seconds: Sequence[Sequence[int]], special: SpecialIds, max_length: int
+) -> dict[str, Tensor]:
+    """``[CLS] first [SEP] second [SEP]`` for each pair (see ``pack_pair``), right-padded to the longest.
+
+    Returns:
+        dict with ``input_ids``, ``attention_mask`` and ``token_type_ids``, each [N, L].
+    """
+    packed = [pack_pair(f, s, special, max_length) for f, s in zip(firsts, seconds)]
+    ids, mask = pad([p[0] for p in packed], special.pad)
+    types, _ = pad([p[1] for p in packed], 0, ids.shape[1])
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
 def block_batch(
     titles: Sequence[Sequence[int]], bodies: Sequence[Sequence[int]], special: SpecialIds, max_length: int
 ) -> dict[str, Tensor]:
     """Document-embedder inputs for blocks: dict with input_ids, attention_mask, token_type_ids, each [N, L]."""
     # note: a title never takes more than half the block, so an overlong title cannot make a block unpackable
-    packed = [pack_pair(list(t)[: max_length // 2], b, special, max_length) for t, b in zip(titles, bodies)]
-    ids, mask = pad([p[0] for p in packed], special.pad)
-    types, _ = pad([p[1] for p in packed], 0, ids.shape[1])
-    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    return pack_pairs([list(t)[: max_length // 2] for t in titles], bodies, special, max_length)

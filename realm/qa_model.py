@@ -11,13 +11,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 from torch import Tensor, nn
 
 from realm.qa_batch import QABatch
 from realm.qa_loss import QALoss, open_qa_loss
 from realm.reader import SpanReader
-from realm.retriever import Embedder
+from realm.retriever import Embedder, retrieval_scores
 
 
 @dataclass
@@ -83,7 +82,9 @@ class OpenQAModel(nn.Module):
         if blocks is None:
             raise ValueError("batch has no retrieved blocks: call realm.qa_batch.attach_blocks first")
         query = self.embed_queries(batch)
-        retriever_logits = torch.einsum("bd,brd->br", query.float(), blocks.doc_embeddings.float())
+        retriever_logits = retrieval_scores(
+            query.float(), blocks.doc_embeddings.float(), self.query_embedder.score_scale
+        )
         bsz, num_read, length = blocks.reader_input_ids.shape
         spans = self.reader(
             blocks.reader_input_ids.view(-1, length),

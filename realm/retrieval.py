@@ -16,7 +16,7 @@ from torch import Tensor
 
 from realm.batch import Candidates, RealmBatch
 from realm.index import DocumentIndex
-from realm.packing import SpecialIds, block_batch, pack_pair, pad
+from realm.packing import SpecialIds, block_batch, pack_pairs, reader_length
 from realm.retriever import RetrieverConfig
 
 
@@ -104,18 +104,13 @@ def build_candidates(
     bodies = [lookup[i][1] if i >= 0 else [] for i in flat]
     docs = block_batch(titles, bodies, special, max_block_length)
 
-    queries = [row[mask.bool()].tolist()[1:-1] for row, mask in zip(batch.query_input_ids, batch.query_attention_mask)]
-    reader_len = max(len(q) for q in queries) + 3 + max_block_length
-    packed_ids, packed_types = [], []
-    for b, query in enumerate(queries):
-        slot_bodies = [[]] + bodies[b * num_retrieved : (b + 1) * num_retrieved]
-        for body in slot_bodies:
-            ids, types = pack_pair(query, body, special, reader_len)
-            packed_ids.append(ids)
-            packed_types.append(types)
-    reader_ids, reader_mask = pad(packed_ids, special.pad)
-    reader_types, _ = pad(packed_types, 0, reader_ids.shape[1])
+    queries = batch.query_tokens()
     k = num_retrieved + 1
+    # slot 0 of every query reads the null document (an empty body)
+    slot_bodies = [body for b in range(bsz) for body in [[], *bodies[b * num_retrieved : (b + 1) * num_retrieved]]]
+    reader = pack_pairs(
+        [q for q in queries for _ in range(k)], slot_bodies, special, reader_length(queries, max_block_length)
+    )
     null_ids = torch.tensor([[special.cls, special.sep, special.sep]], dtype=torch.long)
     block_ids = torch.cat([torch.full((bsz, 1), -1, dtype=torch.long), retrieved], dim=1)
     slot_mask = torch.cat([torch.ones(bsz, 1, dtype=torch.bool), retrieved >= 0], dim=1)
@@ -126,9 +121,9 @@ def build_candidates(
         doc_attention_mask=docs["attention_mask"].view(bsz, num_retrieved, -1),
         doc_token_type_ids=docs["token_type_ids"].view(bsz, num_retrieved, -1),
         null_input_ids=null_ids,
-        reader_input_ids=reader_ids.view(bsz, k, -1),
-        reader_attention_mask=reader_mask.view(bsz, k, -1),
-        reader_token_type_ids=reader_types.view(bsz, k, -1),
+        reader_input_ids=reader["input_ids"].view(bsz, k, -1),
+        reader_attention_mask=reader["attention_mask"].view(bsz, k, -1),
+        reader_token_type_ids=reader["token_type_ids"].view(bsz, k, -1),
     )
 
 

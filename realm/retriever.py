@@ -11,8 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
+
+
+SCORES = ("inner_product", "cosine")
+RETRIEVER_SHAPE_DEFAULTS = {"embed_dim": 128, "pooling": "cls", "score": "inner_product", "score_scale": 1.0}
+"""What an embedder's saved config records of its ``RetrieverConfig`` (with the value an older save implies)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -33,6 +39,13 @@ class RetrieverConfig:
     """Over-retrieval so the slots stay full after the source-document filter drops trivial candidates."""
     pooling: str = "cls"
     """``cls`` (REALM: the [CLS] vector) or ``mean`` (masked mean over wordpieces) before the projection."""
+    score: str = "inner_product"
+    """``inner_product`` (REALM: raw MIPS) or ``cosine``: embeddings are L2-normalised, so MIPS over them (the index
+    included) ranks by cosine and f(x, z) is bounded, whatever the model's size."""
+    score_scale: float = 1.0
+    """Multiplies f(x, z) wherever it enters a softmax (p(z|x), ICT's in-batch softmax, QA's retriever logits): an
+    inverse temperature. With ``cosine``, 10 bounds the logits to [-10, 10]: p(z|x) cannot be one-hot before the
+    encoder reads, whereas raw inner products after ICT reach 4-80 and put every reader gradient in one slot."""
 
     def __post_init__(self) -> None:
         if self.embed_dim <= 0:
@@ -43,6 +56,10 @@ class RetrieverConfig:
             raise ValueError(f"num_extra_retrieved must be >= 0, got {self.num_extra_retrieved}")
         if self.pooling not in ("cls", "mean"):
             raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {self.score!r}")
+        if self.score_scale <= 0:
+            raise ValueError(f"score_scale must be positive, got {self.score_scale}")
         if self.max_query_length < 4 or self.max_block_length < 4:
             raise ValueError("max_query_length and max_block_length must be at least 4 wordpieces")
 
@@ -53,7 +70,9 @@ class RetrieverConfig:
 
 
 class Embedder(BertPreTrainedModel):
-    """BERT whose [CLS] vector is projected to ``config.embed_dim``; ``save_pretrained`` writes safetensors."""
+    """BERT whose [CLS] (or mean) vector is projected to ``config.embed_dim`` (and L2-normalised for the ``cosine``
+    score); ``save_pretrained`` writes safetensors. The config carries pooling, score and scale, so the weights and
+    the way their scores are read travel together (builder, fine-tuning, inspection)."""
 
     def __init__(self, config: BertConfig) -> None:
         super().__init__(config)
@@ -68,15 +87,25 @@ class Embedder(BertPreTrainedModel):
         ).last_hidden_state
         if getattr(self.config, "pooling", "cls") == "mean":
             weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
-            return self.projection((hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0))
-        return self.projection(hidden[:, 0])
+            embedding = self.projection((hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0))
+        else:
+            embedding = self.projection(hidden[:, 0])
+        if getattr(self.config, "score", "inner_product") == "cosine":
+            embedding = F.normalize(embedding, dim=-1)
+        return embedding
+
+    @property
+    def score_scale(self) -> float:
+        """The inverse temperature of this embedder's scores (``RetrieverConfig.score_scale``)."""
+        return float(getattr(self.config, "score_scale", 1.0))
 
 
-def embedder_config(bert_config: BertConfig, embed_dim: int, pooling: str = "cls") -> BertConfig:
-    """A copy of ``bert_config`` that records the projection size and pooling, so ``from_pretrained`` rebuilds it."""
+def embedder_config(bert_config: BertConfig, cfg: RetrieverConfig) -> BertConfig:
+    """A copy of ``bert_config`` that records the projection size, pooling and score, so ``from_pretrained``
+    rebuilds the same embedder."""
     config = BertConfig.from_dict(bert_config.to_dict())
-    config.embed_dim = embed_dim
-    config.pooling = pooling
+    for name in RETRIEVER_SHAPE_DEFAULTS:
+        setattr(config, name, getattr(cfg, name))
     return config
 
 
@@ -100,7 +129,7 @@ class Retriever(nn.Module):
 
     @classmethod
     def from_config(cls, bert_config: BertConfig, cfg: RetrieverConfig) -> "Retriever":
-        config = embedder_config(bert_config, cfg.embed_dim, cfg.pooling)
+        config = embedder_config(bert_config, cfg)
         query = Embedder(config)
         return cls(query, None if cfg.share_embedders else Embedder(config))
 
@@ -108,7 +137,7 @@ class Retriever(nn.Module):
     def from_bert(cls, name_or_path: str, cfg: RetrieverConfig) -> "Retriever":
         """Initialises both towers from a pretrained BERT (the projection starts random)."""
         bert_config = BertConfig.from_pretrained(name_or_path)
-        config = embedder_config(bert_config, cfg.embed_dim, cfg.pooling)
+        config = embedder_config(bert_config, cfg)
         query = Embedder.from_pretrained(name_or_path, config=config)
         doc = None if cfg.share_embedders else Embedder.from_pretrained(name_or_path, config=config)
         return cls(query, doc)
@@ -150,6 +179,7 @@ class Retriever(nn.Module):
         return cls(query, None if shared else Embedder.from_pretrained(path / "doc"))
 
 
-def retrieval_scores(query_emb: Tensor, doc_emb: Tensor) -> Tensor:
-    """Relevance f(x, z): [B, D] queries x [B, K, D] candidates -> [B, K] inner products."""
-    return torch.einsum("bd,bkd->bk", query_emb, doc_emb)
+def retrieval_scores(query_emb: Tensor, doc_emb: Tensor, scale: float = 1.0) -> Tensor:
+    """Relevance logits ``scale * f(x, z)``: [B, D] queries x [B, K, D] candidates -> [B, K] (scaled inner products
+    of the embeddings, which the ``cosine`` score has already normalised)."""
+    return scale * torch.einsum("bd,bkd->bk", query_emb, doc_emb)

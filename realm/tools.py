@@ -1,6 +1,6 @@
 """Data-preparation commands of the ``realm`` CLI: ``world``, ``vocab`` and ``blocks``.
 
-    realm world  --out DIR [--seed N] [--entities N] [--heldout-fraction F]
+    realm world  --out DIR [--seed N] [--entities N] [--heldout-fraction F] [--heldout-fact-seed N]
     realm vocab  --input FILE.jsonl [--input ...] [--field text] --out DIR [--vocab-size N] [--cased]
     realm blocks --out DIR --tokenizer TOK (--config corpus.yaml | --input PATH [--format ...] ...)
 
@@ -40,11 +40,22 @@ def main_world(argv: list[str]) -> int:
         default=0.2,
         help="share of entities whose facts never appear in the pre-training sentences",
     )
+    parser.add_argument(
+        "--heldout-fact-seed",
+        type=int,
+        default=-1,
+        help="draw the held-out entities' facts anew from this seed (same names and wording; knowledge hot-swap)",
+    )
     args = parser.parse_args(argv)
     try:
         cfg = from_dict(
             WorldConfig,
-            {"seed": args.seed, "num_entities": args.entities, "heldout_fraction": args.heldout_fraction},
+            {
+                "seed": args.seed,
+                "num_entities": args.entities,
+                "heldout_fraction": args.heldout_fraction,
+                "heldout_fact_seed": args.heldout_fact_seed,
+            },
             where="realm world",
         )
     except ConfigError as err:

@@ -182,6 +182,10 @@ class WorldConfig:
     """Differently worded X sentences per fact of a training entity (at most the X templates per relation, 4)."""
     num_countries: int = 15
     """Fictional countries: values of the cities' ``country`` facts, without articles of their own."""
+    heldout_fact_seed: int = -1
+    """When >= 0, every fact of the held-out entities is drawn anew from this seed, and differs from the one ``seed``
+    alone gives; names, the other entities and every wording stay the same. Knowledge hot-swap: the same world with
+    new facts about the held-out entities, to test that a trained REALM follows its corpus rather than its memory."""
 
     def __post_init__(self) -> None:
         if self.num_entities < 8:
@@ -193,6 +197,8 @@ class WorldConfig:
             raise ValueError(f"sentences_per_fact must be in [1, {max_wordings}], got {self.sentences_per_fact}")
         if self.num_countries < 1:
             raise ValueError(f"num_countries must be >= 1, got {self.num_countries}")
+        if self.heldout_fact_seed < -1:
+            raise ValueError(f"heldout_fact_seed must be >= 0 (or -1: off), got {self.heldout_fact_seed}")
 
 
 @dataclass(slots=True)
@@ -269,10 +275,8 @@ def _make_entities(cfg: WorldConfig, rng: random.Random) -> list[_Entity]:
         city.facts = {"country": rng.choice(countries), "founded": str(rng.randint(1100, 1850))}
     birth_years = {}
     for person in people:
-        year, month = rng.randint(1800, 1999), rng.randint(1, 12)
-        day = rng.randint(1, calendar.monthrange(year, month)[1])
-        birth_years[person.index] = year
-        person.facts = {"born": f"{day} {MONTHS[month - 1]} {year}", "birthplace": rng.choice(cities).name}
+        birth_years[person.index], born = _date(rng)
+        person.facts = {"born": born, "birthplace": rng.choice(cities).name}
     founders = rng.sample(people, len(orgs)) if len(people) >= len(orgs) else [rng.choice(people) for _ in orgs]
     founded_by: dict[int, set[int]] = {}
     for org, founder in zip(orgs, founders):
@@ -290,6 +294,42 @@ def _make_entities(cfg: WorldConfig, rng: random.Random) -> list[_Entity]:
         for entity in rng.sample(group, round(cfg.heldout_fraction * len(group))):
             entity.heldout = True
     return entities
+
+
+def _redraw_heldout_facts(entities: list[_Entity], rng: random.Random) -> dict[int, dict[str, str]]:
+    """New facts for every held-out entity (by index), each value different from the old one and of the same type
+    (a date, a year, a city, a country, an organisation, a person), drawn from ``rng`` alone."""
+    pools = {
+        "country": sorted({e.facts["country"] for e in entities if e.kind == CITY}),
+        "birthplace": [e.name for e in entities if e.kind == CITY],
+        "employer": [e.name for e in entities if e.kind == ORG],
+        "founder": [e.name for e in entities if e.kind == PERSON],
+    }
+    pools["headquarters"] = pools["birthplace"]
+    return {
+        e.index: {relation: _new_value(e, relation, old, pools, rng) for relation, old in e.facts.items()}
+        for e in entities
+        if e.heldout
+    }
+
+
+def _new_value(entity: _Entity, relation: str, old: str, pools: dict[str, list[str]], rng: random.Random) -> str:
+    if relation not in ("born", "founded"):
+        others = [v for v in pools[relation] if v not in (old, entity.name)]
+        return rng.choice(others) if others else old  # a world too small to offer another value
+    while True:
+        if relation == "born":
+            value = _date(rng)[1]
+        else:
+            value = str(rng.randint(1100, 1850) if entity.kind == CITY else rng.randint(1825, 2015))
+        if value != old:
+            return value
+
+
+def _date(rng: random.Random) -> tuple[int, str]:
+    """A birth date: (year, "day Month year")."""
+    year, month = rng.randint(1800, 1999), rng.randint(1, 12)
+    return year, f"{rng.randint(1, calendar.monthrange(year, month)[1])} {MONTHS[month - 1]} {year}"
 
 
 def _article(entity: _Entity, rng: random.Random) -> str:
@@ -330,10 +370,23 @@ def generate_world(cfg: WorldConfig) -> World:
     """
     rng = random.Random(cfg.seed)
     entities = _make_entities(cfg, rng)
+    redrawn = (
+        _redraw_heldout_facts(entities, random.Random(f"heldout-facts/{cfg.heldout_fact_seed}"))
+        if cfg.heldout_fact_seed >= 0
+        else {}
+    )
     world = World(config=cfg)
     for e in entities:
         doc_id = f"z-{e.index:06d}"
-        world.corpus.append({"id": doc_id, "title": e.name, "text": _article(e, rng)})
+        state = rng.getstate()
+        text = _article(e, rng)
+        if e.index in redrawn:
+            # the new facts in the wording the old ones had; the main generator advances exactly as without them
+            replay = random.Random()
+            replay.setstate(state)
+            e.facts = redrawn[e.index]
+            text = _article(e, replay)
+        world.corpus.append({"id": doc_id, "title": e.name, "text": text})
         world.entities.append(
             {"id": e.id, "name": e.name, "kind": e.kind, "heldout": e.heldout, "facts": dict(e.facts), "doc_id": doc_id}
         )

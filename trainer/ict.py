@@ -130,7 +130,8 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
             batch.block_attention_mask,
             batch.block_token_type_ids,
         )
-        loss, accuracy = ict_loss(query, *_global_blocks(accelerator, block))
+        blocks, offset = _global_blocks(accelerator, block)
+        loss, accuracy = ict_loss(query, blocks, offset, scale=unwrapped.query_embedder.score_scale)
         accelerator.backward(loss)
         if cfg.optim.max_grad_norm > 0:
             accelerator.clip_grad_norm_(model.parameters(), cfg.optim.max_grad_norm)

@@ -27,7 +27,7 @@ from realm.marginal import get_loss
 from realm.model import RealmModel
 from realm.packing import SpecialIds
 from realm.retrieval import BlockStore, retrieve
-from realm.retriever import Retriever
+from realm.retriever import RETRIEVER_SHAPE_DEFAULTS, Retriever, RetrieverConfig
 from realm.run_dir import (
     PublishedIndex,
     clean_staging,
@@ -68,9 +68,22 @@ def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
         encoder = KnowledgeAugmentedEncoder.from_config(bert_config)
     if cfg.train.init_retriever:
         retriever = Retriever.from_pretrained(cfg.train.init_retriever)
+        check_retriever_matches(retriever, cfg.retriever, cfg.train.init_retriever)
     if cfg.train.init_encoder:
         encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.train.init_encoder)
     return RealmModel(retriever, encoder)
+
+
+def check_retriever_matches(retriever: Retriever, cfg: RetrieverConfig, source: str) -> None:
+    """A warm-started retriever must have the shape and score of the run's ``retriever`` section: the run's config
+    is what evaluation, inspection and resume rebuild the model from, and the score sets p(z|x)'s temperature."""
+    config = retriever.query_embedder.config
+    found = {name: getattr(config, name, default) for name, default in RETRIEVER_SHAPE_DEFAULTS.items()}
+    expected = {name: getattr(cfg, name) for name in RETRIEVER_SHAPE_DEFAULTS}
+    expected["share_embedders"], found["share_embedders"] = cfg.share_embedders, retriever.shared
+    wrong = [f"{k}={found[k]!r} (config: {expected[k]!r})" for k in expected if found[k] != expected[k]]
+    if wrong:
+        raise ValueError(f"train.init_retriever={source} does not match the retriever section: {', '.join(wrong)}")
 
 
 @dataclass

@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from realm.batch import RealmBatch
-from realm.marginal import retrieval_metrics
+from realm.marginal import accuracy_metrics, retrieval_metrics
 from realm.model import RealmModel, RealmOutput
 
 LossFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -56,13 +56,11 @@ def batch_counts(batch: RealmBatch) -> dict[Unit, Tensor]:
 
 def prediction_metrics(output: RealmOutput, batch: RealmBatch) -> dict[str, Tensor]:
     """Masked-token and whole-span accuracy of the marginal prediction and of the closed-book (null) one."""
-    mask = batch.target_mask.bool()
-    metrics = {}
-    for name, pred in (("", output.predictions), ("closed_book_", output.closed_book_predictions)):
-        correct = (pred == batch.target_ids) | ~mask
-        metrics[f"{name}mlm_accuracy"] = ((pred == batch.target_ids) & mask).sum() / mask.sum().clamp_min(1)
-        metrics[f"{name}span_accuracy"] = correct.all(dim=1).float().mean()
-    return metrics
+    closed_book = accuracy_metrics(output.closed_book_predictions, batch.target_ids, batch.target_mask)
+    return {
+        **accuracy_metrics(output.predictions, batch.target_ids, batch.target_mask),
+        **{f"closed_book_{name}": value for name, value in closed_book.items()},
+    }
 
 
 def train_step(model: RealmModel, batch: RealmBatch, loss_fn: LossFn, loss_unit: Unit = "token") -> StepOutput:

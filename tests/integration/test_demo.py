@@ -17,6 +17,8 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
         str(run),
         "--entities",
         "100",
+        "--warmup-steps",
+        "5",
         "--ict-steps",
         "10",
         "--steps",
@@ -61,4 +63,8 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
     assert summary["num_heldout_examples"] == 40
     assert "held-out accuracy, with retrieval" in proc.stdout
     assert (run / "ict" / "retriever" / "manifest.json").is_file()
+    assert (run / "warmup" / "encoder" / "manifest.json").is_file()
+    assert summary["stage_seconds"]["warmup_s"] > 0
+    # pre-training starts from the warmed-up encoder: its config records the warm start
+    assert f"init_encoder: {run / 'warmup' / 'encoder'}" in (run / "config.yaml").read_text()
     assert (run / "checkpoints" / "step-00000006" / "manifest.json").is_file()

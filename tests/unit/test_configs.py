@@ -9,9 +9,16 @@ from realm.config import ConfigError, load_config, parse_overrides
 from trainer.config import PretrainConfig
 from trainer.finetune import FinetuneConfig
 from trainer.ict import ICTConfig
+from trainer.warmup import WarmupConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-SCHEMAS = {"pretrain": PretrainConfig, "ict": ICTConfig, "index": IndexBuilderConfig, "finetune": FinetuneConfig}
+SCHEMAS = {
+    "pretrain": PretrainConfig,
+    "ict": ICTConfig,
+    "index": IndexBuilderConfig,
+    "finetune": FinetuneConfig,
+    "warmup": WarmupConfig,
+}
 
 
 def _all_configs():

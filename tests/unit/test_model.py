@@ -147,3 +147,64 @@ def test_model_round_trips_through_from_pretrained(tmp_path, shared):
         model.encoder(ids, mask, torch.zeros_like(ids), positions),
         loaded.encoder(ids, mask, torch.zeros_like(ids), positions),
     )
+
+
+def test_cosine_score_normalises_embeddings_and_scales_the_slot_logits(tmp_path):
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    cfg = RetrieverConfig(embed_dim=16, num_candidates=3, num_extra_retrieved=0, score="cosine", score_scale=7.0)
+    model = RealmModel.from_config(config, cfg).eval()
+    ids = torch.randint(5, VOCAB, (4, 6))
+    emb = model.retriever.embed_docs(ids, torch.ones_like(ids))
+    assert torch.allclose(emb.norm(dim=-1), torch.ones(4), atol=1e-5)
+    store, uids = _store()
+    batch = _batch(uids[:2])
+    batch.candidates = build_candidates(batch, torch.tensor([[0, 1], [2, 3]]), store, SPECIAL, 16)
+    out = model(batch)
+    # slot logits are scale x cosine: bounded by the scale, and equal to it only for identical directions
+    cand = batch.candidates
+    docs = model.retriever.embed_docs(
+        cand.doc_input_ids.flatten(0, 1), cand.doc_attention_mask.flatten(0, 1), cand.doc_token_type_ids.flatten(0, 1)
+    )
+    query = model.embed_queries(batch)
+    expected = 7.0 * torch.nn.functional.cosine_similarity(query[:, None], docs.view(2, 2, -1), dim=-1)
+    assert torch.allclose(out.retrieval_logits[:, 1:], expected, atol=1e-5)
+    assert out.retrieval_logits.abs().max() <= 7.0 + 1e-5
+    # the score travels with the weights, so the builder, fine-tuning and inspection read scores the same way
+    model.save_pretrained(tmp_path / "m")
+    loaded = RealmModel.from_pretrained(tmp_path / "m")
+    assert loaded.retriever.query_embedder.score_scale == 7.0
+    assert torch.allclose(loaded.retriever.embed_docs(ids, torch.ones_like(ids)), emb, atol=1e-6)
+
+
+def test_retriever_config_rejects_unknown_scores():
+    with pytest.raises(ValueError, match="score must be one of"):
+        RetrieverConfig(score="l2")
+    with pytest.raises(ValueError, match="score_scale must be positive"):
+        RetrieverConfig(score_scale=0.0)
+
+
+def test_init_from_a_bert_without_mlm_head_ties_the_decoder_to_its_word_embeddings(tmp_path):
+    """REALM starts all three networks from BERT; a sentence-embedding BERT (e.g. all-MiniLM-L6-v2) ships a
+    ``BertModel`` only, so the MLM decoder must be the checkpoint's own word embeddings, not a random matrix."""
+    from transformers import BertModel
+
+    from realm.encoder import KnowledgeAugmentedEncoder
+    from realm.retriever import Retriever
+
+    torch.manual_seed(0)
+    config = BertConfig(
+        vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64
+    )
+    BertModel(config, add_pooling_layer=False).save_pretrained(tmp_path / "bert")
+    saved = BertModel.from_pretrained(tmp_path / "bert")
+    encoder = KnowledgeAugmentedEncoder.from_pretrained(tmp_path / "bert")
+    words = saved.embeddings.word_embeddings.weight
+    assert torch.equal(encoder.mlm.bert.embeddings.word_embeddings.weight, words)
+    decoder = encoder.mlm.cls.predictions.decoder.weight
+    assert decoder.data_ptr() == encoder.mlm.bert.embeddings.word_embeddings.weight.data_ptr()
+    retriever = Retriever.from_bert(str(tmp_path / "bert"), RetrieverConfig(embed_dim=16, score="cosine"))
+    assert torch.equal(retriever.query_embedder.bert.embeddings.word_embeddings.weight, words)
+    assert retriever.query_embedder.config.score == "cosine"

@@ -11,7 +11,7 @@ from realm.qa_batch import QABatch, RetrievedBlocks
 from realm.qa_model import OpenQAModel, best_spans
 from realm.qa_spans import Wordpieces, candidate_span_mask, correct_span_mask
 from realm.reader import SpanReader, reader_config
-from realm.retriever import Embedder, embedder_config
+from realm.retriever import Embedder, RetrieverConfig, embedder_config
 from realm.vocab import load_tokenizer
 
 WORDS = ["when", "was", "born", "on", "11", "february", "1900", "dre", "##isten", "gret", "##oul", "in", "paris", ","]
@@ -146,7 +146,8 @@ def test_best_spans_is_the_masked_argmax() -> None:
 def test_gradients_reach_query_tower_and_reader_not_the_frozen_documents(tokenizer) -> None:
     torch.manual_seed(1)
     config = _bert_config(tokenizer)
-    model = OpenQAModel(Embedder(embedder_config(config, 8)), SpanReader(reader_config(config, 16)), 4)
+    embedder = Embedder(embedder_config(config, RetrieverConfig(embed_dim=8)))
+    model = OpenQAModel(embedder, SpanReader(reader_config(config, 16)), 4)
     special = SpecialIds.of(tokenizer)
     question = tokenizer("when was dreisten born", add_special_tokens=False)["input_ids"]
     query_ids, query_mask = pad([[special.cls, *question, special.sep]] * 2, special.pad)

@@ -52,3 +52,40 @@ def test_retriever_parameters_get_their_own_learning_rate():
     assert all(by_param[id(p)] == pytest.approx(1e-4) for p in model.retriever.parameters())
     assert all(by_param[id(p)] == pytest.approx(1e-3) for p in model.encoder.parameters())
     assert len(by_param) == len(list(model.parameters()))  # every parameter exactly once
+
+
+@pytest.mark.parametrize(
+    "schedule, decay_steps, expected",
+    [
+        ("linear", 0, [0.0, 0.5, 1.0, 0.8, 0.6, 0.4, 0.2]),  # down to 0 at the last step (BERT)
+        ("wsd", 2, [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 0.5]),  # held, then annealed over the last 2 steps
+        ("wsd", 0, [0.0, 0.5, 1.0, 1.0, 1.0, 1.0, 1.0]),  # held to the end
+    ],
+)
+def test_learning_rate_schedules(schedule, decay_steps, expected, tmp_path):
+    import json
+
+    from torch import nn
+
+    from trainer.optim import OptimConfig, build_optimizer
+
+    cfg = OptimConfig(lr=1.0, warmup_steps=2, schedule=schedule, decay_steps=decay_steps)
+    optimizer, scheduler = build_optimizer(nn.Linear(2, 2), cfg, 7)
+    lrs = []
+    for step in range(7):
+        lrs.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+        if step == 3:  # a resume mid-schedule restores it from the JSON state checkpoints keep
+            state = json.loads(json.dumps(scheduler.state_dict()))
+            optimizer, scheduler = build_optimizer(nn.Linear(2, 2), cfg, 7)
+            scheduler.load_state_dict(state)
+            optimizer.param_groups[0]["lr"] = scheduler.get_last_lr()[0]
+    assert lrs == pytest.approx(expected)
+
+
+def test_unknown_schedule_is_rejected():
+    from trainer.optim import OptimConfig
+
+    with pytest.raises(ValueError, match="schedule must be one of"):
+        OptimConfig(schedule="constant")

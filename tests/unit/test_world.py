@@ -243,3 +243,28 @@ def test_command_line_writes_a_world(tmp_path: Path, capsys: pytest.CaptureFixtu
     main([str(tmp_path), "--num_entities=40", "--seed=5"])
     assert json.loads((tmp_path / "world.json").read_text())["config"]["seed"] == 5
     assert "corpus" in json.loads(capsys.readouterr().out)
+
+
+def test_heldout_fact_seed_redraws_only_the_heldout_facts(small_world: World) -> None:
+    swapped = generate_world(WorldConfig(seed=7, num_entities=300, heldout_fact_seed=1))
+    assert swapped.pretrain == small_world.pretrain  # X is untouched: nothing to retrain on
+    assert [e["name"] for e in swapped.entities] == [e["name"] for e in small_world.entities]
+    num_changed = 0
+    for old, new, old_doc, new_doc in zip(small_world.entities, swapped.entities, small_world.corpus, swapped.corpus):
+        if not old["heldout"]:
+            assert new["facts"] == old["facts"] and new_doc == old_doc
+            continue
+        for relation, value in new["facts"].items():
+            assert value != old["facts"][relation], (old["name"], relation)
+            assert _contains(new_doc["text"], value), (new_doc["text"], value)  # the article states the new fact
+            num_changed += 1
+    assert num_changed == len(small_world.heldout)
+    # the held-out sentences ask for the new values, in the same wording
+    for old, new in zip(small_world.heldout, swapped.heldout):
+        assert old["id"] == new["id"] and new["answer"] == swapped_fact(swapped, new)
+
+
+def swapped_fact(world: World, record: dict) -> str:
+    """The fact an X record states, looked up in the world's entities."""
+    entity = next(e for e in world.entities if e["id"] == record["entity_id"])
+    return entity["facts"][record["relation"]]

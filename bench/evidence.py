@@ -1,0 +1,200 @@
+"""Evidence that REALM learns what it claims: one table, one run, on the demo world (CPU).
+
+Every row starts from the same world, reader warm-up and ICT retriever (the demo's stages and configs) and
+pre-trains for the same steps and batch; then the held-out facts (facts of entities that never occur in the
+pre-training corpus X, stated only in their article in the knowledge corpus Z) are asked with the fact masked.
+
+| row | what changes | the paper's counterpart |
+|---|---|---|
+| ``realm`` | nothing: the demo recipe, an index refresh every ``--refresh`` steps | REALM |
+| ``closed_book`` | the null document only (``train.loss=closed_book``) | a BERT without retrieval |
+| ``memorisation`` | closed book, trained on X *and* the sentences of Z (which state the held-out facts) | memorising |
+| ``stale_30x`` | an index refresh every 30 x ``--refresh`` steps | Table 2, "30x stale MIPS" |
+| ``frozen`` | the ICT index is never refreshed (the trainer exports no new retriever) | no refresh at all |
+| ``random_span``, ``random_token`` | the masking (``data.masking``) | Table 2, masking ablation |
+| ``hot_swap`` | the ``realm`` row's model, no retraining, over a corpus whose held-out facts were drawn anew | |
+|  | (same names); only the index is rebuilt | REALM's modularity claim |
+
+Each row reports held-out whole-span accuracy with retrieval, closed book (null document only), gold-article
+recall@k (exact search with the row's final document embedder) and wall seconds (pre-training + evaluation). The
+``hot_swap`` row also reports the share of its predictions that still give the *old* fact (memory, not the corpus).
+
+Run from the repository root: ``python bench/evidence.py [--steps 600] [--rows realm,closed_book] [--json out.json]``
+(about 35-40 minutes on 2 CPU cores with the defaults; ``--entities``, ``--steps`` and ``--refresh`` scale it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from realm.blocks import build_blocks_from_config, load_blocks  # noqa: E402
+from realm.config import load_config  # noqa: E402
+from realm.corpus import CorpusConfig  # noqa: E402
+from realm.evaluation import evaluate_heldout, gold_titles  # noqa: E402
+from realm.jsonl import iter_field  # noqa: E402
+from realm.logging import init_logging  # noqa: E402
+from realm.retrieval import BlockStore  # noqa: E402
+from realm.sentences import split_sentences  # noqa: E402
+from realm.world import WorldConfig, generate_world, write_world  # noqa: E402
+from trainer.config import PretrainConfig  # noqa: E402
+from trainer.data import prepared_sentences  # noqa: E402
+from trainer.demo import parse_args as demo_args  # noqa: E402
+from trainer.demo import make_world_data, warm_start  # noqa: E402
+from trainer.loop import Trainer  # noqa: E402
+
+ROWS = ("realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token", "hot_swap")
+NEVER = 10**9
+
+
+def prepare(out: Path, seed: int, entities: int) -> dict[str, Path]:
+    """The demo's world, vocabulary, blocks, reader warm-up and ICT retriever, shared by every row."""
+    args, _ = demo_args(["--out", str(out), "--seed", str(seed), "--entities", str(entities)])
+    max_block_length = load_config(PretrainConfig, REPO / args.config).retriever.max_block_length
+    paths = make_world_data(out, seed, entities, args.vocab_size, max_block_length)
+    warm_start(args, out, paths)
+    return {**paths, "encoder": out / "warmup" / "encoder", "retriever": out / "ict" / "retriever"}
+
+
+def knowledge_sentences(corpus: Path, out: Path) -> Path:
+    """Every sentence of the knowledge corpus Z as a pre-training sentence (``text``), for the memorisation row."""
+    with out.open("w") as f:
+        for text in iter_field(corpus, "text"):
+            for start, end in split_sentences(text):
+                f.write(json.dumps({"text": text[start:end]}) + "\n")
+    return out
+
+
+def pretrain_row(out: Path, paths: dict[str, Path], steps: int, overrides: list[str]) -> tuple[dict, Trainer]:
+    """Pre-trains one row from the shared start and evaluates it; returns (row figures, the trainer)."""
+    cfg = load_config(
+        PretrainConfig,
+        REPO / "configs/pretrain/demo.yaml",
+        [
+            f"--train.run_dir={out}", f"--train.max_steps={steps}", f"--train.save_interval={steps}",
+            f"--train.init_retriever={paths['retriever']}", f"--train.init_encoder={paths['encoder']}",
+            f"--data.tokenizer={paths['tokenizer']}", f"--data.blocks={paths['blocks']}",
+            f"--data.sentences={paths['pretrain']}", f"--data.heldout={paths['heldout']}", *overrides,
+        ],
+    )  # fmt: skip
+    t0 = time.perf_counter()
+    trainer = Trainer(cfg)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+    metrics = evaluate_heldout(
+        trainer.unwrapped, trainer.heldout, trainer.store, trainer.special, cfg.retriever,
+        batch_size=cfg.eval.batch_size, max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
+    )  # fmt: skip
+    return _figures(metrics) | {"wall_s": time.perf_counter() - t0}, trainer
+
+
+def _figures(metrics) -> dict:
+    return {
+        "span_accuracy": metrics.span_accuracy,
+        "closed_book_span_accuracy": metrics.closed_book_span_accuracy,
+        f"gold_recall@{metrics.k}": metrics.gold_recall_at_k,
+        "num_examples": metrics.num_examples,
+    }
+
+
+def hot_swap_row(out: Path, seed: int, entities: int, trainer: Trainer) -> dict:
+    """The trained ``realm`` model over a corpus with new held-out facts: only the blocks and index are rebuilt."""
+    t0 = time.perf_counter()
+    paths = write_world(generate_world(WorldConfig(seed=seed, num_entities=entities, heldout_fact_seed=1)), out)
+    cfg = trainer.cfg
+    corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=cfg.retriever.max_block_length)
+    store = BlockStore(load_blocks(build_blocks_from_config(corpus, trainer.tokenizer, out / "blocks")))
+    cache = out / "data"
+
+    def evaluate(heldout: Path):
+        rows = prepared_sentences(str(heldout), trainer.tokenizer, None, cfg.retriever.max_query_length, cache)
+        # note: no index argument: the new blocks are embedded with the trained document embedder (a rebuild)
+        return evaluate_heldout(
+            trainer.unwrapped, rows, store, trainer.special, cfg.retriever, batch_size=cfg.eval.batch_size,
+            max_examples=cfg.eval.max_examples, gold_titles=gold_titles(str(heldout)),
+        )  # fmt: skip
+
+    new = evaluate(paths["heldout"])
+    old = evaluate(Path(cfg.data.heldout))  # the old facts asked over the new corpus: what memory still gives
+    return _figures(new) | {"old_fact_share": old.span_accuracy, "wall_s": time.perf_counter() - t0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default="runs/evidence")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--entities", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=600, help="pre-training steps of every row")
+    parser.add_argument("--refresh", type=int, default=10, help="refresh interval of the realm row (stale: 30x)")
+    parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {','.join(ROWS)}")
+    parser.add_argument("--json", default=None, help="also write the table here")
+    args = parser.parse_args(argv)
+    rows = args.rows.split(",")
+    if unknown := set(rows) - set(ROWS):
+        parser.error(f"unknown rows {sorted(unknown)}; choose from {ROWS}")
+    if "hot_swap" in rows and "realm" not in rows:
+        parser.error("hot_swap reuses the realm row's model: list realm too")
+    init_logging()
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    paths = prepare(out, args.seed, args.entities)
+    table = {"prepare": {"wall_s": time.perf_counter() - t0}}
+    fresh = [f"--refresh.refresh_interval={args.refresh}"]
+    variants = {
+        "realm": fresh,
+        "closed_book": [*fresh, "--train.loss=closed_book"],
+        "memorisation": [*fresh, "--train.loss=closed_book", "--data.sentences=" + str(
+            _memorisation_sentences(out, paths))],
+        "stale_30x": [f"--refresh.refresh_interval={30 * args.refresh}", f"--refresh.max_staleness={NEVER}"],
+        "frozen": [f"--refresh.refresh_interval={NEVER}", f"--refresh.max_staleness={NEVER}"],
+        "random_span": [*fresh, "--data.masking=random_span"],
+        "random_token": [*fresh, "--data.masking=random_token"],
+    }
+    realm_trainer = None
+    for name in rows:
+        if name == "hot_swap":
+            table[name] = hot_swap_row(out / "hot_swap", args.seed, args.entities, realm_trainer)
+        else:
+            table[name], trainer = pretrain_row(out / "rows" / name, paths, args.steps, variants[name])
+            realm_trainer = trainer if name == "realm" else realm_trainer
+        print(json.dumps({name: table[name]}), flush=True)
+    print(format_table(table))
+    if args.json:
+        Path(args.json).write_text(json.dumps(table, indent=2))
+    return 0
+
+
+def _memorisation_sentences(out: Path, paths: dict[str, Path]) -> Path:
+    """X plus every sentence of Z in one jsonl."""
+    combined = out / "x_plus_z.jsonl"
+    z = knowledge_sentences(Path(paths["corpus"]), out / "z_sentences.jsonl")
+    combined.write_text(Path(paths["pretrain"]).read_text() + z.read_text())
+    return combined
+
+
+def format_table(table: dict) -> str:
+    lines = [
+        "| row | held-out span acc | closed book | gold recall@k | old facts | wall s |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, row in table.items():
+        if name == "prepare":
+            continue
+        recall = next((v for k, v in row.items() if k.startswith("gold_recall@")), float("nan"))
+        old = f"{row['old_fact_share']:.3f}" if "old_fact_share" in row else ""
+        lines.append(
+            f"| {name} | {row['span_accuracy']:.3f} | {row['closed_book_span_accuracy']:.3f} | {recall:.3f} | {old} "
+            f"| {row['wall_s']:.0f} |"
+        )
+    lines.append(f"(shared start: world, reader warm-up and ICT in {table['prepare']['wall_s']:.0f} s)")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
