@@ -32,7 +32,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 import numpy as np
 import torch
@@ -134,6 +134,21 @@ def latest_published(parent: Path, prefix: str) -> tuple[int, Path] | None:
     """The newest published ``(step, path)`` under ``parent``, or None."""
     published = list_published(parent, prefix)
     return published[-1] if published else None
+
+
+def replace_published(final: Path, save: Callable[[Path], None], manifest: dict[str, Any]) -> Path:
+    """Publishes what ``save(staging)`` writes as ``final`` (a stage's output such as ``ict/retriever``), replacing
+    an older one: the old folder is unpublished first, so a crash in between leaves none rather than a torn one."""
+    final = Path(final)
+    if final.exists():
+        remove_folder(final)
+    staging = new_staging(final.parent)
+    try:
+        save(staging)
+        return publish_folder(staging, final, {**manifest, "created": now_iso()})
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
 
 
 def remove_folder(folder: Path) -> None:

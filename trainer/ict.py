@@ -24,7 +24,7 @@ from realm.logging import MetricsLogger, init_logging, set_num_threads
 from realm.model import ModelConfig
 from realm.packing import SpecialIds
 from realm.retriever import Retriever, RetrieverConfig
-from realm.run_dir import new_staging, now_iso, publish_folder, remove_folder
+from realm.run_dir import replace_published
 from realm.sentences import split_sentences
 from realm.tracking import TrackingConfig
 from realm.vocab import load_tokenizer
@@ -147,11 +147,7 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     metrics.close()
     final = out_dir / "retriever"
     if accelerator.is_main_process:
-        if final.exists():
-            remove_folder(final)
-        staging = new_staging(out_dir)
-        unwrapped.save_pretrained(staging)
-        publish_folder(staging, final, {"kind": "ict_retriever", "steps": step, "created": now_iso()})
+        replace_published(final, unwrapped.save_pretrained, {"kind": "ict_retriever", "steps": step})
     accelerator.wait_for_everyone()
     return final
 

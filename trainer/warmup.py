@@ -26,7 +26,7 @@ from realm.packing import SpecialIds
 from realm.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
 from realm.retrieval import BlockStore
 from realm.retriever import RetrieverConfig
-from realm.run_dir import new_staging, now_iso, publish_folder, remove_folder
+from realm.run_dir import replace_published
 from realm.tagging import TaggingConfig, build_tagger
 from realm.tracking import TrackingConfig
 from realm.vocab import load_tokenizer
@@ -133,13 +133,13 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
     if collator.num_rejected:
         logger.info("warm-up: %d block sentences had no salient span to mask (skipped)", collator.num_rejected)
     final = out_dir / "encoder"
-    if accelerator.is_main_process:
-        if final.exists():
-            remove_folder(final)
-        staging = new_staging(out_dir)
+
+    def save(staging: Path) -> None:
         accelerator.unwrap_model(model).save_pretrained(staging)
         tokenizer.save_pretrained(str(staging))
-        publish_folder(staging, final, {"kind": "reader_warmup_encoder", "steps": step, "created": now_iso()})
+
+    if accelerator.is_main_process:
+        replace_published(final, save, {"kind": "reader_warmup_encoder", "steps": step})
     accelerator.wait_for_everyone()
     return final
 
