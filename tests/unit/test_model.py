@@ -208,3 +208,27 @@ def test_init_from_a_bert_without_mlm_head_ties_the_decoder_to_its_word_embeddin
     retriever = Retriever.from_bert(str(tmp_path / "bert"), RetrieverConfig(embed_dim=16, score="cosine"))
     assert torch.equal(retriever.query_embedder.bert.embeddings.word_embeddings.weight, words)
     assert retriever.query_embedder.config.score == "cosine"
+
+
+def test_a_warm_started_retriever_must_match_the_runs_retriever_section(tmp_path):
+    """Evaluation and inspection rebuild the model from the run's config, so a retriever whose score (and hence
+    p(z|x)'s temperature) differs from the config would be read back wrongly: the trainer refuses it."""
+    from realm.config import load_config
+    from realm.retriever import Retriever
+    from trainer.config import PretrainConfig
+    from trainer.loop import build_model
+
+    shape = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
+    config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64)  # fmt: skip
+    Retriever.from_config(config, RetrieverConfig(embed_dim=16, score="cosine", score_scale=10.0)).save_pretrained(
+        tmp_path / "ict"
+    )
+    section = {"embed_dim": 16, "score": "cosine", "score_scale": 10.0}
+    init = {"init_retriever": str(tmp_path / "ict")}
+    model = build_model(load_config(PretrainConfig, None, {"train": init, "model": shape, "retriever": section}), VOCAB)
+    assert model.retriever.query_embedder.score_scale == 10.0
+    for wrong in ({"score": "inner_product"}, {"score_scale": 1.0}, {"embed_dim": 8}):
+        cfg = load_config(PretrainConfig, None, {"train": init, "model": shape, "retriever": {**section, **wrong}})
+        with pytest.raises(ValueError, match=f"does not match the retriever section: {next(iter(wrong))}="):
+            build_model(cfg, VOCAB)
