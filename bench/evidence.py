@@ -62,10 +62,12 @@ def prepare(out: Path, seed: int, entities: int) -> dict[str, Path]:
     return {**paths, "encoder": out / "warmup" / "encoder", "retriever": out / "ict" / "retriever"}
 
 
-def knowledge_sentences(corpus: Path, out: Path) -> Path:
-    """Every sentence of the knowledge corpus Z as a pre-training sentence (``text``), for the memorisation row."""
+def x_plus_z_sentences(paths: dict[str, Path], out: Path) -> Path:
+    """The pre-training sentences X followed by every sentence of the knowledge corpus Z (``text``), in one jsonl:
+    the memorisation row's data."""
     with out.open("w") as f:
-        for text in iter_field(corpus, "text"):
+        f.write(Path(paths["pretrain"]).read_text())
+        for text in iter_field(paths["corpus"], "text"):
             for start, end in split_sentences(text):
                 f.write(json.dumps({"text": text[start:end]}) + "\n")
     return out
@@ -137,9 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {','.join(ROWS)}")
     parser.add_argument("--json", default=None, help="also write the table here")
     args = parser.parse_args(argv)
-    rows = args.rows.split(",")
-    if unknown := set(rows) - set(ROWS):
+    requested = set(args.rows.split(","))
+    if unknown := requested - set(ROWS):
         parser.error(f"unknown rows {sorted(unknown)}; choose from {ROWS}")
+    rows = [name for name in ROWS if name in requested]  # hot_swap last: it reuses the realm row's model
     if "hot_swap" in rows and "realm" not in rows:
         parser.error("hot_swap reuses the realm row's model: list realm too")
     init_logging()
@@ -151,13 +154,14 @@ def main(argv: list[str] | None = None) -> int:
     variants = {
         "realm": fresh,
         "closed_book": [*fresh, "--train.loss=closed_book"],
-        "memorisation": [*fresh, "--train.loss=closed_book", "--data.sentences=" + str(
-            _memorisation_sentences(out, paths))],
+        "memorisation": [*fresh, "--train.loss=closed_book", f"--data.sentences={out / 'x_plus_z.jsonl'}"],
         "stale_30x": [f"--refresh.refresh_interval={30 * args.refresh}", f"--refresh.max_staleness={NEVER}"],
         "frozen": [f"--refresh.refresh_interval={NEVER}", f"--refresh.max_staleness={NEVER}"],
         "random_span": [*fresh, "--data.masking=random_span"],
         "random_token": [*fresh, "--data.masking=random_token"],
     }
+    if "memorisation" in rows:
+        x_plus_z_sentences(paths, out / "x_plus_z.jsonl")
     realm_trainer = None
     for name in rows:
         if name == "hot_swap":
@@ -170,14 +174,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(table, indent=2))
     return 0
-
-
-def _memorisation_sentences(out: Path, paths: dict[str, Path]) -> Path:
-    """X plus every sentence of Z in one jsonl."""
-    combined = out / "x_plus_z.jsonl"
-    z = knowledge_sentences(Path(paths["corpus"]), out / "z_sentences.jsonl")
-    combined.write_text(Path(paths["pretrain"]).read_text() + z.read_text())
-    return combined
 
 
 def format_table(table: dict) -> str:
