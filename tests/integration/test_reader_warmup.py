@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from transformers import BertForMaskedLM
 
@@ -18,15 +19,21 @@ from realm.vocab import load_tokenizer
 from trainer.warmup import WarmupConfig, train_warmup
 
 
+@pytest.fixture(scope="module")
+def block_sentences(tiny_world):
+    """(special ids, blocks, prepared block sentences) of the tiny world, prepared once for this module."""
+    tokenizer = load_tokenizer(str(tiny_world["tokenizer"]))
+    blocks = load_blocks(tiny_world["blocks"])
+    rows = prepare_block_sentences(blocks, tokenizer, build_tagger(TaggingConfig()), 32)
+    return SpecialIds.of(tokenizer), blocks, rows
+
+
 def _contains(haystack: list[int], needle: list[int]) -> bool:
     return any(haystack[i : i + len(needle)] == needle for i in range(len(haystack) - len(needle) + 1))
 
 
-def test_each_masked_span_is_read_against_the_block_that_holds_it(tiny_world):
-    tokenizer = load_tokenizer(str(tiny_world["tokenizer"]))
-    special = SpecialIds.of(tokenizer)
-    blocks = load_blocks(tiny_world["blocks"])
-    rows = prepare_block_sentences(blocks, tokenizer, build_tagger(TaggingConfig()), 32)
+def test_each_masked_span_is_read_against_the_block_that_holds_it(block_sentences):
+    special, blocks, rows = block_sentences
     assert len(rows) > len(blocks)  # several sentences a block
     collator = TrivialRetrievalCollator(special, BlockStore(blocks), 32, 48, "salient", seed=0)
     examples = [{**rows[i], "idx": i, "epoch": 0} for i in range(40)]
@@ -49,17 +56,15 @@ def test_each_masked_span_is_read_against_the_block_that_holds_it(tiny_world):
         assert types == [0] * (first_sep + 1) + [1] * (len(ids) - first_sep - 1)
 
 
-def test_reader_step_is_realms_loss_on_a_single_slot(tiny_world):
-    tokenizer = load_tokenizer(str(tiny_world["tokenizer"]))
-    special = SpecialIds.of(tokenizer)
-    blocks = load_blocks(tiny_world["blocks"])
-    rows = prepare_block_sentences(blocks, tokenizer, build_tagger(TaggingConfig()), 32)
+def test_reader_step_is_realms_loss_on_a_single_slot(block_sentences, tiny_world):
+    special, blocks, rows = block_sentences
     batch = TrivialRetrievalCollator(special, BlockStore(blocks), 32, 48, "salient", seed=0)(
         [{**rows[i], "idx": i, "epoch": 0} for i in range(8)]
     )
     cfg = load_config(WarmupConfig, "configs/warmup/demo.yaml", {})
     torch.manual_seed(0)
-    encoder = KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer)))
+    vocab_size = len(load_tokenizer(str(tiny_world["tokenizer"])))
+    encoder = KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(vocab_size))
     loss, metrics = reader_step(encoder, batch)
     log_probs = encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mask_positions)
     nll = -log_probs.gather(-1, batch.target_ids.unsqueeze(-1)).squeeze(-1)
