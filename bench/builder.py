@@ -40,12 +40,13 @@ import torch
 from step import bert_flops, device_time, matmul_peak  # bench/step.py, beside this file
 from transformers import BertConfig, BertTokenizer
 
-from index_builder.publish import PRECISIONS
-from realm import run_dir as rd
-from realm.blocks import BLOCK_FEATURES
-from realm.embedding import block_lengths, embed_blocks
-from realm.packing import SpecialIds, block_batch
-from realm.retriever import Retriever, RetrieverConfig
+from realm.data.blocks import BLOCK_FEATURES
+from realm.data.packing import SpecialIds, block_batch
+from realm.index import versions
+from realm.index.build import PRECISIONS
+from realm.index.embedding import block_lengths, embed_blocks
+from realm.models.retriever import Retriever, RetrieverConfig
+from realm.run import layout, publication
 
 REPO = Path(__file__).resolve().parents[1]
 WIKIPEDIA_BLOCKS, WIKIPEDIA_LEN = 13_353_718, 288
@@ -127,7 +128,7 @@ def export(run_dir: Path, args: argparse.Namespace, blocks: Path, tokenizer: Pat
     torch.manual_seed(0)
     cfg = RetrieverConfig(embed_dim=args.embed_dim, max_block_length=args.block_len)
     retriever = Retriever.from_config(bert_config(args), cfg)
-    rd.export_retriever(
+    layout.export_retriever(
         run_dir, 1, retriever, blocks_path=str(blocks), tokenizer_path=str(tokenizer), max_block_length=args.block_len
     )
     return retriever
@@ -146,7 +147,7 @@ def builder_run(run_dir: Path, processes: int, args: argparse.Namespace) -> dict
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"builder with {processes} process(es) failed:\n{proc.stderr[-4000:]}")
-    manifest = rd.read_manifest(rd.current_index_version(run_dir))
+    manifest = publication.read_manifest(versions.current_index_version(run_dir))
     assert manifest["builder_processes"] == processes, manifest["builder_processes"]
     n = manifest["num_vectors"]
     return {

@@ -34,19 +34,19 @@ import time
 from pathlib import Path
 
 from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
-from realm.blocks import build_blocks_from_config, load_blocks  # noqa: E402
-from realm.config import load_config  # noqa: E402
-from realm.corpus import CorpusConfig  # noqa: E402
-from realm.evaluation import evaluate_heldout, gold_titles  # noqa: E402
-from realm.jsonl import iter_field  # noqa: E402
-from realm.logging import init_logging  # noqa: E402
-from realm.retrieval import BlockStore  # noqa: E402
-from realm.sentences import split_sentences  # noqa: E402
-from realm.world import WorldConfig, generate_world, write_world  # noqa: E402
-from trainer.config import PretrainConfig  # noqa: E402
-from trainer.data import prepared_sentences  # noqa: E402
-from trainer.demo import parse_args as demo_args  # noqa: E402
-from trainer.demo import make_world_data, warm_start  # noqa: E402
+from realm.core.config import load_config  # noqa: E402
+from realm.core.logging import init_logging  # noqa: E402
+from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks  # noqa: E402
+from realm.data.corpus import CorpusConfig  # noqa: E402
+from realm.data.jsonl import iter_field  # noqa: E402
+from realm.data.sentences import split_sentences  # noqa: E402
+from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
+from realm.pretrain.config import PretrainConfig  # noqa: E402
+from realm.pretrain.data import prepared_sentences  # noqa: E402
+from realm.pretrain.evaluation import evaluate_heldout, gold_titles  # noqa: E402
+from realm_cli.demo import make_world_data  # noqa: E402
+from realm_cli.demo import parse_args as demo_args  # noqa: E402
+from realm_cli.demo import warm_start
 from trainer.loop import Trainer  # noqa: E402
 
 ROWS = ("realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token", "hot_swap")

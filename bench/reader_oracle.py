@@ -18,21 +18,21 @@ import time
 import numpy as np
 import torch
 
-from realm.batch import PretrainCollator
-from realm.blocks import load_blocks
-from realm.config import load_config
-from realm.encoder import KnowledgeAugmentedEncoder
-from realm.jsonl import iter_field
-from realm.marginal import marginal_mlm_loss
-from realm.model import RealmModel
-from realm.packing import SpecialIds
-from realm.retrieval import BlockStore, build_candidates
-from realm.retriever import Retriever
-from realm.sentences import load_jsonl_dataset, prepare_sentences
-from realm.tagging import RuleTagger
-from realm.vocab import load_tokenizer
-from trainer.config import PretrainConfig
-from trainer.optim import build_optimizer
+from realm.core.config import load_config
+from realm.data.blocks import BlockStore, load_blocks
+from realm.data.jsonl import iter_field
+from realm.data.packing import SpecialIds
+from realm.data.sentences import load_jsonl_dataset, prepare_sentences
+from realm.data.tagging import RuleTagger
+from realm.data.vocab import load_tokenizer
+from realm.models.encoder import KnowledgeAugmentedEncoder
+from realm.models.retriever import Retriever
+from realm.pretrain.batch import PretrainCollator
+from realm.pretrain.candidates import build_candidates
+from realm.pretrain.config import PretrainConfig
+from realm.pretrain.loss import marginal_mlm_loss
+from realm.pretrain.model import RealmModel
+from realm.training.optim import build_optimizer
 
 
 def main() -> None:

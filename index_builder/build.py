@@ -31,16 +31,18 @@ import faiss
 import torch
 
 from index_builder.group import BuilderGroup
-from index_builder.publish import build_index_version, check_precision
 from index_builder.sharded import build_index_version_sharded
-from index_builder.shards import remove_shard_folders
-from realm import run_dir as rd
-from realm.config import ConfigError, load_config, to_dict
-from realm.embedding import BuildCancelled
-from realm.index import IndexConfig
-from realm.logging import init_logging
-from realm.process_exit import exit_code_after_run
-from realm.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
+from realm.core.config import load_config, options_help, to_dict
+from realm.core.errors import run_command
+from realm.core.logging import init_logging
+from realm.core.process_exit import exit_code_after_run
+from realm.core.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
+from realm.index import versions
+from realm.index.build import build_index_version, check_precision
+from realm.index.embedding import BuildCancelled
+from realm.index.mips import IndexConfig
+from realm.index.shards import remove_shard_folders
+from realm.run import layout, publication
 
 logger = logging.getLogger(__name__)
 
@@ -107,8 +109,8 @@ class IndexBuilderConfig:
 
 def current_index_step(run_dir: str) -> int:
     """Retriever step of the live index, or -1 when there is none (or CURRENT names an unreadable version)."""
-    version = rd.current_index_version(run_dir)
-    manifest = rd.read_manifest(version) if version is not None else None
+    version = versions.current_index_version(run_dir)
+    manifest = publication.read_manifest(version) if version is not None else None
     return int(manifest["step"]) if manifest is not None else -1
 
 
@@ -122,7 +124,7 @@ def _build(
     tracker=None,
 ) -> None:
     if group.is_main:
-        exports = rd.list_published(rd.retriever_dir(cfg.run_dir), rd.RETRIEVER_PREFIX)
+        exports = publication.list_published(layout.retriever_dir(cfg.run_dir), layout.RETRIEVER_PREFIX)
         skipped = [s for s, _ in exports if current < s < step]
         logger.info(
             "building index for retriever step %d (live index: %d; skipping exports %s)", step, current, skipped
@@ -139,7 +141,7 @@ def _build(
     if not group.is_main:
         return
     seconds = time.monotonic() - started
-    num = rd.read_manifest(version)["num_vectors"]
+    num = publication.read_manifest(version)["num_vectors"]
     logger.info("published %s: %d blocks in %.1f s (%.0f blocks/s)", version.name, num, seconds, num / seconds)
     log_builder(
         tracker,
@@ -166,16 +168,16 @@ def _tracked(cfg: IndexBuilderConfig, group: BuilderGroup):
 @contextlib.contextmanager
 def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
     """Rank 0 takes the run's builder lock and removes what crashed builders left; if it cannot, every rank fails."""
-    index_dir = rd.index_dir(cfg.run_dir)
+    index_dir = layout.index_dir(cfg.run_dir)
     with contextlib.ExitStack() as stack:
 
         def take() -> None:
-            stack.enter_context(rd.exclusive_lock(index_dir / LOCK_FILE))
-            for stale in rd.clean_staging(index_dir):
+            stack.enter_context(publication.exclusive_lock(index_dir / LOCK_FILE))
+            for stale in publication.clean_staging(index_dir):
                 logger.info("removed stale staging folder %s", stale)
             # note: finished shards of the newest export, not indexed yet, are what a crashed N-process build leaves
             # to reuse; any other shards can never be used again
-            latest = rd.latest_retriever_export(cfg.run_dir)
+            latest = layout.latest_retriever_export(cfg.run_dir)
             pending = latest is not None and latest[0] > current_index_step(cfg.run_dir)
             for stale in remove_shard_folders(cfg.run_dir, {latest[2]["weights_sha256"]} if pending else set()):
                 logger.info("removed shards of another retriever version %s", stale)
@@ -187,8 +189,8 @@ def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
 def _decide(cfg: IndexBuilderConfig, failed_step: int | None) -> tuple:
     """Rank 0's next move: ("build", step, path, live step), ("wait",) or ("exit",)."""
     # note: read DONE before listing exports; the trainer writes its last export, then DONE.
-    done = cfg.exit_when_done and rd.is_done(cfg.run_dir)
-    latest = rd.latest_retriever_export(cfg.run_dir)
+    done = cfg.exit_when_done and layout.is_done(cfg.run_dir)
+    latest = layout.latest_retriever_export(cfg.run_dir)
     current = current_index_step(cfg.run_dir)
     if latest is not None and latest[0] > current and latest[0] != failed_step:
         return ("build", latest[0], str(latest[1]), current)
@@ -247,14 +249,14 @@ def _loop(cfg: IndexBuilderConfig, stop: threading.Event, group: BuilderGroup) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m index_builder.build", allow_abbrev=False, description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="realm index", allow_abbrev=False, description=__doc__, epilog=options_help(IndexBuilderConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
     parser.add_argument("--config", default=None, help="YAML file (configs/index/*.yaml); other flags are overrides")
     args, overrides = parser.parse_known_args(argv)
     init_logging()
-    try:
-        cfg = load_config(IndexBuilderConfig, args.config, overrides)
-    except ConfigError as err:
-        parser.error(str(err))
+    cfg = load_config(IndexBuilderConfig, args.config, overrides)
     stop = threading.Event()
     # note: the handlers only set a flag; the loop checks it between batches and between polls.
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
@@ -268,4 +270,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_command("realm index", main, sys.argv[1:]))

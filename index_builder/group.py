@@ -8,7 +8,7 @@ Ranks exchange only small control messages (what to build, each shard's report, 
 embeddings travel through files. Those messages go over a **gloo** group even when the default group is NCCL: gloo
 waits on the CPU with the configured timeout, so a rank waiting for a slow or dead peer fails loudly instead of
 hanging, and no GPU memory or stream is involved. The group is never torn down explicitly: a builder process of an
-N-process run ends through ``realm.process_exit`` (tearing a gloo group down can hang).
+N-process run ends through ``realm.core.process_exit`` (tearing a gloo group down can hang).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 import torch.distributed as dist
 
-from realm.embedding import BuildCancelled
+from realm.index.embedding import BuildCancelled
 
 logger = logging.getLogger(__name__)
 

@@ -27,12 +27,12 @@ import datasets
 from transformers import AutoTokenizer
 
 from index_builder.group import BuilderGroup, PeerError
-from index_builder.publish import activate_if_built, load_doc_embedder, publish_new_version
-from index_builder.shards import ShardKey, assemble, embed_shard, remove_shard_folders, shard_bounds, shard_folder
-from realm import run_dir as rd
-from realm.embedding import BuildCancelled, block_lengths
-from realm.index import IndexConfig
-from realm.packing import SpecialIds
+from realm.data.packing import SpecialIds
+from realm.index.build import activate_if_built, load_doc_embedder, publish_new_version
+from realm.index.embedding import BuildCancelled, block_lengths
+from realm.index.mips import IndexConfig
+from realm.index.shards import ShardKey, assemble, embed_shard, remove_shard_folders, shard_bounds, shard_folder
+from realm.run import layout, publication
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def shard_keys(blocks: datasets.Dataset, export: dict[str, Any], dim: int, world
 
 def _prepare(run_dir: str | Path, export_step: int, export_path: Path, keep_versions: int) -> dict[str, Any]:
     """Rank 0: the export's manifest, and the version path when it is already published (then activated)."""
-    export = rd.read_manifest(export_path)
+    export = publication.read_manifest(export_path)
     if export is None:
         raise FileNotFoundError(f"{export_path} is not a published retriever export")
     built = activate_if_built(run_dir, export_step, export, keep_versions)
@@ -130,8 +130,8 @@ def _assemble_and_publish(
         }
 
     version = publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, assemble_shards)
-    newer = rd.list_published(rd.retriever_dir(run_dir), rd.RETRIEVER_PREFIX)
-    keep = {m["weights_sha256"] for s, p in newer if s > export_step and (m := rd.read_manifest(p)) is not None}
+    newer = publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX)
+    keep = {m["weights_sha256"] for s, p in newer if s > export_step and (m := publication.read_manifest(p)) is not None}
     remove_shard_folders(run_dir, keep)
     return str(version)
 

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Open-domain QA fine-tuning (trainer.finetune) under accelerate; the index is frozen, so there is no builder.
-#   TOPOLOGY=multi_cpu launch/finetune.sh --config configs/finetune/demo.yaml --init-run runs/demo --task jsonl \
-#       --train Q.jsonl --dev D.jsonl --out runs/qa
-#   launch/finetune.sh --config configs/finetune/demo.yaml --init-run runs/base --task nq ...   # a node with GPUs
+# Open-domain QA fine-tuning (finetune.train) under accelerate; the index is frozen, so there is no builder.
+#   TOPOLOGY=multi_cpu launch/finetune.sh --config configs/finetune/demo.yaml --init.run=runs/demo \
+#       --task.name=jsonl --task.train=Q.jsonl --task.dev=D.jsonl --train.run_dir=runs/qa
+#   launch/finetune.sh --config configs/finetune/demo.yaml --init.run=runs/base --task.name=nq ...   # GPUs
 # Knobs (environment variables): TOPOLOGY, NUM_PROCESSES, MIXED_PRECISION, MAIN_PROCESS_PORT and, for multi_node,
 # NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, as in launch/pretrain.sh; TRAINER_GPUS: GPU ids to train on
 # (default: all visible; NUM_PROCESSES defaults to one process per GPU, times NUM_MACHINES).
@@ -23,4 +23,4 @@ if ! is_cpu_topology; then
         LAUNCH_ARGS+=(--num_processes "$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))")
     fi
 fi
-exec accelerate launch "${LAUNCH_ARGS[@]}" -m trainer.finetune "$@"
+exec accelerate launch "${LAUNCH_ARGS[@]}" -m finetune.train "$@"

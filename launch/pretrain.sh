@@ -70,8 +70,8 @@ if [[ "$BUILDER_GPUS" != none ]]; then
         RUN_DIR="$(
             python - "$@" <<'PY'
 import argparse, sys
-from realm.config import load_config
-from trainer.config import PretrainConfig
+from realm.core.config import load_config
+from realm.pretrain.config import PretrainConfig
 parser = argparse.ArgumentParser(add_help=False)
 parser.add_argument("--config", required=True)
 args, overrides = parser.parse_known_args(sys.argv[1:])

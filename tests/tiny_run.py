@@ -9,9 +9,9 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertTokenizer
 
-from realm import run_dir as rd
-from realm.blocks import BLOCK_FEATURES
-from realm.retriever import Retriever, RetrieverConfig
+from realm.data.blocks import BLOCK_FEATURES
+from realm.models.retriever import Retriever, RetrieverConfig
+from realm.run import layout
 
 MAX_BLOCK_LENGTH = 24
 
@@ -50,7 +50,7 @@ def export_tiny(run_dir: Path, step: int, blocks: Path, tokenizer: Path) -> Retr
         max_position_embeddings=64,
     )
     retriever = Retriever.from_config(bert, RetrieverConfig(embed_dim=16, max_block_length=MAX_BLOCK_LENGTH))
-    rd.export_retriever(
+    layout.export_retriever(
         run_dir,
         step,
         retriever,

@@ -22,7 +22,8 @@ from typing import Callable
 import torch
 from accelerate import Accelerator
 
-from realm.run_dir import PublishedIndex, latest_retriever_export
+from realm.index.versions import PublishedIndex
+from realm.run.layout import latest_retriever_export
 from trainer.index_watcher import IndexWatcher
 
 logger = logging.getLogger(__name__)

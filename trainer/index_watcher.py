@@ -12,8 +12,9 @@ import logging
 import threading
 from pathlib import Path
 
-from realm.index import IndexConfig
-from realm.run_dir import PublishedIndex, current_index_version, load_index_version, read_manifest
+from realm.index.mips import IndexConfig
+from realm.index.versions import PublishedIndex, current_index_version, load_index_version
+from realm.run.publication import read_manifest
 
 logger = logging.getLogger(__name__)
 

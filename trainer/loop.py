@@ -11,48 +11,37 @@ import itertools
 import logging
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from accelerate import Accelerator
 
-from realm.batch import RealmBatch
-from realm.blocks import load_blocks
-from realm.config import save_config, to_dict
-from realm.encoder import KnowledgeAugmentedEncoder
-from realm.evaluation import evaluate_heldout, gold_titles
-from realm.logging import MetricsLogger, progress, set_num_threads
-from realm.marginal import get_loss
-from realm.model import RealmModel
-from realm.packing import SpecialIds
-from realm.retrieval import BlockStore, retrieve
-from realm.retriever import RETRIEVER_SHAPE_DEFAULTS, Retriever, RetrieverConfig
-from realm.run_dir import (
-    PublishedIndex,
-    clean_staging,
-    clear_done,
-    export_retriever,
-    latest_retriever_export,
-    mark_done,
-    retriever_dir,
-)
-from realm.tracking import (
-    init_trackers,
-    log_retrieval_table,
-    resolve_run_name,
-    retrieval_rows,
-)
-from realm.vocab import load_tokenizer
-from trainer.accelerator import build_accelerator
-from trainer.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
-from trainer.config import PretrainConfig
-from trainer.data import prepared_sentences, pretrain_loader
+from realm.core.config import to_dict
+from realm.core.logging import progress
+from realm.core.tracking import init_trackers, resolve_run_name
+from realm.data.blocks import BlockStore, load_blocks
+from realm.data.packing import SpecialIds
+from realm.data.vocab import load_tokenizer
+from realm.index.versions import PublishedIndex
+from realm.models.encoder import KnowledgeAugmentedEncoder
+from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS, Retriever, RetrieverConfig
+from realm.pretrain.batch import RealmBatch
+from realm.pretrain.candidates import retrieve
+from realm.pretrain.config import PretrainConfig
+from realm.pretrain.data import prepared_sentences, pretrain_loader
+from realm.pretrain.evaluation import evaluate_heldout, gold_titles
+from realm.pretrain.loss import get_loss
+from realm.pretrain.model import RealmModel
+from realm.pretrain.retrieval_table import log_retrieval_table, retrieval_rows
+from realm.pretrain.step import LOSS_UNITS, StepOutput, batch_counts, train_step
+from realm.run.layout import clear_done, export_retriever, latest_retriever_export, mark_done, retriever_dir
+from realm.run.publication import clean_staging
+from realm.training.accelerator import build_accelerator
+from realm.training.loop import TrainingLoop, iterate, start_job
+from realm.training.optim import build_optimizer
+from trainer.builder_process import builder_command
 from trainer.index_sync import IndexSync, RunTotals
 from trainer.index_watcher import IndexWatcher
-from trainer.optim import build_optimizer
-from trainer.refresh import builder_command
-from trainer.step import LOSS_UNITS, StepOutput, batch_counts, train_step
 
 logger = logging.getLogger(__name__)
 
@@ -86,32 +75,11 @@ def check_retriever_matches(retriever: Retriever, cfg: RetrieverConfig, source: 
         raise ValueError(f"train.init_retriever={source} does not match the retriever section: {', '.join(wrong)}")
 
 
-@dataclass
-class WindowStats:
-    """What a log window accumulates: ``metric x count`` sums and counts (tensors, so no host sync per step)."""
-
-    sums: dict[str, torch.Tensor] = field(default_factory=dict)
-    counts: dict[str, torch.Tensor] = field(default_factory=dict)
-    num_steps: int = 0
-    retrieve_s: float = 0.0
-
-    def add(self, out: StepOutput) -> None:
-        for name, value in out.metrics.items():
-            count = out.counts[name].float()
-            self.sums[name] = self.sums.get(name, 0.0) + value.float() * count
-            self.counts[name] = self.counts.get(name, 0.0) + count
-
-
 class Trainer:
     def __init__(self, cfg: PretrainConfig, accelerator: Accelerator | None = None) -> None:
         self.cfg = cfg
-        self.run_dir = Path(cfg.train.run_dir)
-        self.accelerator = accelerator or build_accelerator(cfg.tracking, self.run_dir)
-        set_num_threads(cfg.train.num_threads)
-        torch.manual_seed(cfg.train.seed)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if self.accelerator.is_main_process:
-            save_config(cfg, self.run_dir / "config.yaml")
+        self.accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir)
+        self.run_dir = start_job(cfg.train, self.accelerator, cfg)
 
         self.tokenizer = load_tokenizer(cfg.data.tokenizer)
         self.special = SpecialIds.of(self.tokenizer)
@@ -132,24 +100,16 @@ class Trainer:
         model = build_model(cfg, len(self.tokenizer))
         optimizer, self.scheduler = build_optimizer(model, cfg.optim, cfg.train.max_steps)
         self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        # note: the scheduler is not prepared: accelerate's wrapper steps it once per process per call (it assumes a
-        # schedule counted in per-process batches), which runs warm-up and decay N times too fast with N processes.
-        # Ours counts optimizer steps, so it steps once per step and a run resumes the same on any number of them.
-        # Checkpoints keep its state as JSON (trainer.checkpoint).
+        self.loop = TrainingLoop(self.accelerator, cfg.train, cfg.optim, self.model, self.optimizer, self.scheduler, cfg)
         self.num_processes = self.accelerator.num_processes
         self.global_batch_size = cfg.train.batch_size * self.num_processes * cfg.train.grad_accum_steps
         self.loss_fn = get_loss(cfg.train.loss)
         self.schedule = cfg.refresh.schedule()
-        self.totals = RunTotals()
-        self.step = 0
-        resume = resolve_resume(self.run_dir, cfg.train.resume)
-        if resume is not None:
-            state = load_checkpoint(self.accelerator, resume, self.scheduler)
-            self.step = state["step"]
-            self.totals = RunTotals(**state.get("totals", {}))
-        self.metrics = MetricsLogger(
-            self.run_dir / "metrics.jsonl" if self.accelerator.is_main_process else None, self.accelerator
-        )
+        state = self.loop.resume()
+        self.totals = RunTotals(**state.get("totals", {}))
+        self.metrics = self.loop.metrics
+        self.retrieve_s = 0.0
+        """Seconds spent attaching candidates in the current log window."""
         init_trackers(self.accelerator, cfg.tracking, self.run_dir, to_dict(cfg))
         self.watcher = IndexWatcher(self.run_dir, cfg.refresh.poll_interval_s)
         self.builder: subprocess.Popen | None = None
@@ -161,6 +121,11 @@ class Trainer:
             builder_exit_code=lambda: self.builder.poll() if self.builder is not None else None,
         )
         self._start_wall, self._wall_before = time.perf_counter(), self.totals.wall_s  # reset by run()
+
+    @property
+    def step(self) -> int:
+        """Optimizer steps taken so far (the scaffold counts them)."""
+        return self.loop.step
 
     @property
     def unwrapped(self) -> RealmModel:
@@ -253,27 +218,26 @@ class Trainer:
             world_size=self.num_processes,
             accum_steps=cfg.train.grad_accum_steps,
         )
-        micro_batches = iter(loader)
-        window = WindowStats()
+        micro_batches = iterate(loader)
         t_window = time.perf_counter()
-        last_step = min(cfg.train.max_steps, cfg.train.stop_at_step or cfg.train.max_steps)
-        bar = progress(last_step, "training", unit="step", initial=self.step, enabled=self.accelerator.is_main_process)
-        while self.step < last_step:
+        bar = progress(
+            cfg.train.last_step, "training", unit="step", initial=self.step, enabled=self.accelerator.is_main_process
+        )
+        while not self.loop.done:
             self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s)
-            batch, out = self.optimizer_step(list(itertools.islice(micro_batches, cfg.train.grad_accum_steps)), window)
-            self.step += 1
+            batch, out = self.optimizer_step(list(itertools.islice(micro_batches, cfg.train.grad_accum_steps)))
             bar.update(1)
 
             if self.schedule.is_due(self.step):
                 self.export_retriever()
-            if self.step % cfg.train.log_interval == 0 or self.step == last_step:
-                self.log_window(window, time.perf_counter() - t_window)
-                window, t_window = WindowStats(), time.perf_counter()
+            if self.loop.log_due():
+                self.log_window(time.perf_counter() - t_window)
+                t_window = time.perf_counter()
             if cfg.tracking.is_inspect_due(self.step) and self.accelerator.is_main_process:
                 self.log_retrievals(batch, out.output)
             if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
                 self.evaluate()
-            if self.step % cfg.train.save_interval == 0 or self.step == last_step:
+            if self.loop.save_due():
                 self.totals.wall_s = self._wall_now()
                 self.save()
         bar.close()
@@ -284,7 +248,7 @@ class Trainer:
         """Wall seconds of the whole run so far, earlier invocations of a resumed run included."""
         return self._wall_before + time.perf_counter() - self._start_wall
 
-    def optimizer_step(self, micro_batches: list[RealmBatch], window: WindowStats) -> tuple[RealmBatch, StepOutput]:
+    def optimizer_step(self, micro_batches: list[RealmBatch]) -> tuple[RealmBatch, StepOutput]:
         """Retrieval, forward and backward for each of this process's micro-batches, then one optimizer step.
 
         Each micro-batch's mean loss is weighted by its share of the units (masked tokens for the REALM loss) of the
@@ -302,21 +266,15 @@ class Trainer:
         for i, batch in enumerate(micro_batches):
             t0 = time.perf_counter()
             batch = self.attach_candidates(batch.to(self.accelerator.device))
-            window.retrieve_s += time.perf_counter() - t0
+            self.retrieve_s += time.perf_counter() - t0
             # note: accelerate's accumulate() would divide each loss by the number of micro-batches; the weights above
             # already normalise by the global count, so only the all-reduce is deferred to the last micro-batch
             last = i == len(micro_batches) - 1
             with contextlib.nullcontext() if last else self.accelerator.no_sync(self.model):
                 out = train_step(self.model, batch, self.loss_fn, unit)
                 self.accelerator.backward(out.loss * weights[i].item())
-            window.add(out)
-        if self.cfg.optim.max_grad_norm > 0:
-            self.accelerator.clip_grad_norm_(self.model.parameters(), self.cfg.optim.max_grad_norm)
-        self.optimizer.step()
-        if not self.accelerator.optimizer_step_was_skipped:  # note: fp16 skips steps whose gradients overflowed
-            self.scheduler.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        window.num_steps += 1
+            self.loop.window.add(out.metrics, out.counts)
+        self.loop.optimizer_step()
         return batch, out
 
     def attach_candidates(self, batch: RealmBatch) -> RealmBatch:
@@ -329,32 +287,24 @@ class Trainer:
             self.accelerator.device
         )
 
-    def log_window(self, window: WindowStats, seconds: float) -> None:
-        """Metrics of the window: sums and counts reduced over processes, then one mean each, logged once."""
-        keys = sorted(window.sums)
-        stacked = torch.stack(
-            [torch.stack([window.sums[k] for k in keys]), torch.stack([window.counts[k] for k in keys])]
-        )
-        if self.num_processes > 1:
-            stacked = self.accelerator.reduce(stacked.to(self.accelerator.device), reduction="sum")
-        means = (stacked[0] / stacked[1].clamp_min(1.0)).tolist()
-        metrics = {f"train/{k}": v for k, v in zip(keys, means)}
+    def log_window(self, seconds: float) -> None:
+        """The window's metrics (reduced over processes by the scaffold) with index and timing figures, logged once."""
+        num_steps = self.loop.window.num_steps
         wall = self._wall_now()
-        metrics.update(
-            {
-                "train/lr": self.scheduler.get_last_lr()[0],
-                "index/version": self.index.step,
-                "index/staleness": max(self.step - self.index.step, 0),
-                "index/num_refreshes": self.totals.num_index_refreshes,
-                "time/step_s": seconds / window.num_steps,
-                "time/retrieve_s": window.retrieve_s / window.num_steps,
-                "time/index_wait_s": self.totals.index_wait_s,
-                "time/index_wait_fraction": self.totals.index_wait_s / wall if wall else 0.0,
-                "time/refresh_wait_fraction": self.totals.refresh_wait_s / wall if wall else 0.0,
-                "train/world_size": self.num_processes,
-            }
-        )
-        plain = self.metrics.log(metrics, self.step)
+        extra = {
+            "train/lr": self.scheduler.get_last_lr()[0],
+            "index/version": self.index.step,
+            "index/staleness": max(self.step - self.index.step, 0),
+            "index/num_refreshes": self.totals.num_index_refreshes,
+            "time/step_s": seconds / num_steps,
+            "time/retrieve_s": self.retrieve_s / num_steps,
+            "time/index_wait_s": self.totals.index_wait_s,
+            "time/index_wait_fraction": self.totals.index_wait_s / wall if wall else 0.0,
+            "time/refresh_wait_fraction": self.totals.refresh_wait_s / wall if wall else 0.0,
+            "train/world_size": self.num_processes,
+        }
+        plain, _ = self.loop.log_window("train", extra)
+        self.retrieve_s = 0.0
         logger.info(
             "step %d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step",
             self.step,
@@ -400,10 +350,7 @@ class Trainer:
         return result
 
     def save(self) -> None:
-        state = {"index_step": self.index.step if self.index else None, "totals": vars(self.totals)}
-        save_checkpoint(
-            self.accelerator, self.run_dir, self.step, state, self.cfg, self.cfg.train.keep_checkpoints, self.scheduler
-        )
+        self.loop.save({"index_step": self.index.step if self.index else None, "totals": vars(self.totals)})
 
     def summary(self) -> dict:
         totals = self.totals
@@ -423,7 +370,7 @@ class Trainer:
     def close(self) -> None:
         """Stops the watcher and the child builder; marks the run done so a standalone builder exits."""
         self.watcher.close()
-        self.metrics.close()
+        self.loop.close()
         self.accelerator.end_training()  # finishes trackers (writes the offline W&B run)
         if self.accelerator.is_main_process:
             mark_done(self.run_dir)

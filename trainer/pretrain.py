@@ -5,20 +5,25 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import sys
 
-from realm.config import load_config
-from realm.logging import init_logging
-from realm.process_exit import exit_code_after_run
-from trainer.accelerator import build_accelerator
-from trainer.config import PretrainConfig
+from realm.core.config import load_config, options_help
+from realm.core.errors import run_command
+from realm.core.logging import init_logging
+from realm.core.process_exit import exit_code_after_run
+from realm.pretrain.config import PretrainConfig
+from realm.training.accelerator import build_accelerator
 from trainer.loop import Trainer
 
 logger = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="realm train", description="REALM pre-training (the trainer process).")
-    parser.add_argument("--config", required=True, help="YAML file of a PretrainConfig")
+    parser = argparse.ArgumentParser(
+        prog="realm train", description="REALM pre-training (the trainer process).",
+        epilog=options_help(PretrainConfig), formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--config", required=True, help="YAML file of a PretrainConfig; --section.key=value overrides it")
     args, overrides = parser.parse_known_args(argv)
     cfg = load_config(PretrainConfig, args.config, overrides)
     accelerator = build_accelerator(cfg.tracking, cfg.train.run_dir)
@@ -34,4 +39,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_command("realm train", main, sys.argv[1:]))

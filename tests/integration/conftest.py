@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from realm.config import load_config
-from trainer.demo import make_world_data as make_world
-from trainer.finetune import FinetuneConfig
+from finetune.train import FinetuneConfig
+from realm.core.config import load_config
+from realm_cli.demo import make_world_data as make_world
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,10 +31,11 @@ def qa_world(tmp_path_factory) -> dict[str, Path]:
 def tiny_qa_config(world: dict[str, Path], out: Path, steps: int, batch_size: int = 8) -> FinetuneConfig:
     """Fine-tuning from scratch (a 2-layer hidden-48 BERT, no dropout) on the questions of ``qa_world``."""
     overrides = {
-        "finetune": {"out_dir": str(out), "max_steps": steps, "batch_size": batch_size, "retriever_beam": 50,
-                     "log_interval": 20, "eval_batch_size": 16, "num_threads": 1},
+        "train": {"run_dir": str(out), "max_steps": steps, "batch_size": batch_size, "log_interval": 20,
+                  "num_threads": 1},
+        "finetune": {"retriever_beam": 50, "eval_batch_size": 16},
         "task": {"name": "jsonl", "train": str(world["questions"]), "dev": str(world["questions"])},
-        "init": {"tokenizer": str(world["tokenizer"]), "blocks": str(world["blocks"])},
+        "data": {"tokenizer": str(world["tokenizer"]), "blocks": str(world["blocks"])},
         "reader": {"span_hidden_size": 32, "max_question_length": 24, "max_sequence_length": 88},
         "model": {"hidden_size": 48, "num_layers": 2, "num_heads": 4, "intermediate_size": 96,
                   "max_position_embeddings": 128, "dropout": 0.0},

@@ -13,10 +13,11 @@ import torch
 from transformers import AutoTokenizer
 
 from index_builder.build import IndexBuilderConfig, main, run_builder
-from realm import run_dir as rd
-from realm.index import BruteForceIndex
-from realm.packing import SpecialIds, block_batch
-from realm.retriever import Retriever
+from realm.data.packing import SpecialIds, block_batch
+from realm.index import versions
+from realm.index.mips import BruteForceIndex
+from realm.models.retriever import Retriever
+from realm.run import layout, publication
 from tests.tiny_run import MAX_BLOCK_LENGTH, export_tiny, make_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,15 +40,15 @@ def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(ru
     run_dir, blocks_path, tokenizer_path = run
     retriever = export(run, 10)
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=7)) == 1
-    published = rd.load_index_version(rd.current_index_version(run_dir))
-    export_manifest = rd.read_manifest(rd.retriever_dir(run_dir) / "step-00000010")
+    published = versions.load_index_version(versions.current_index_version(run_dir))
+    export_manifest = publication.read_manifest(layout.retriever_dir(run_dir) / "step-00000010")
     blocks = datasets.load_from_disk(str(blocks_path))
     manifest = published.manifest
     assert published.path.name == "v-00000010" and published.step == 10
     assert manifest["weights_sha256"] == export_manifest["weights_sha256"]
-    assert manifest["corpus_fingerprint"] == rd.corpus_fingerprint(blocks["uid"])
+    assert manifest["corpus_fingerprint"] == versions.corpus_fingerprint(blocks["uid"])
     assert (manifest["num_vectors"], manifest["dim"], manifest["factory"]) == (NUM_BLOCKS, 16, "Flat")
-    assert set(manifest["files"]) == set(rd.INDEX_FILES) and manifest["build_seconds"] > 0
+    assert set(manifest["files"]) == set(versions.INDEX_FILES) and manifest["build_seconds"] > 0
     np.testing.assert_array_equal(published.block_ids, np.arange(NUM_BLOCKS))
 
     # every row equals a direct, unbatched forward of its block (batching by length changes nothing)
@@ -78,18 +79,18 @@ def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(ru
         "--index.factory=HNSW32",
     ]
     assert main(argv) == 0
-    assert [s for s, _ in rd.list_published(rd.index_dir(run_dir), rd.INDEX_PREFIX)] == [10, 30]
-    latest = rd.load_index_version(rd.current_index_version(run_dir))
+    assert [s for s, _ in publication.list_published(layout.index_dir(run_dir), layout.INDEX_PREFIX)] == [10, 30]
+    latest = versions.load_index_version(versions.current_index_version(run_dir))
     assert latest.step == 30 and latest.manifest["factory"] == "HNSW32"
     # exports older than the live index can never be built again, so the builder removes them
-    assert [s for s, _ in rd.list_published(rd.retriever_dir(run_dir), rd.RETRIEVER_PREFIX)] == [30]
+    assert [s for s, _ in publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX)] == [30]
 
 
 def test_bf16_builder_embeds_in_bf16_and_publishes_float32_vectors_close_to_fp32(run):
     run_dir, blocks_path, tokenizer_path = run
     retriever = export(run, 10)
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=7, precision="bf16")) == 1
-    published = rd.load_index_version(rd.current_index_version(run_dir))
+    published = versions.load_index_version(versions.current_index_version(run_dir))
     assert published.manifest["embed_precision"] == "bf16"
     vectors = np.array(published.embeddings())
     assert vectors.dtype == np.float32
@@ -120,17 +121,17 @@ def test_polling_builder_follows_exports_and_exits_when_the_run_is_done(run):
     builder = threading.Thread(target=run_builder, args=(cfg,))
     builder.start()
     export(run, 5)
-    rd.mark_done(run_dir)  # the trainer's last export is written before DONE
+    layout.mark_done(run_dir)  # the trainer's last export is written before DONE
     builder.join(timeout=60)
     assert not builder.is_alive()
-    assert rd.load_index_version(rd.current_index_version(run_dir)).step == 5
-    assert [s for s, _ in rd.list_published(rd.index_dir(run_dir), rd.INDEX_PREFIX)] == [5]  # keep_versions=1
+    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 5
+    assert [s for s, _ in publication.list_published(layout.index_dir(run_dir), layout.INDEX_PREFIX)] == [5]  # keep_versions=1
     # with everything indexed and DONE written, a fresh builder exits at once
     assert run_builder(cfg) == 0
 
 
 def test_second_builder_on_the_same_run_is_refused(run):
     run_dir = run[0]
-    with rd.exclusive_lock(rd.index_dir(run_dir) / ".builder.lock"):
+    with publication.exclusive_lock(layout.index_dir(run_dir) / ".builder.lock"):
         with pytest.raises(RuntimeError, match="another index builder"):
             run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True))

@@ -20,13 +20,14 @@ import torch
 from transformers import AutoTokenizer
 
 from index_builder.build import IndexBuilderConfig, run_builder
-from index_builder.publish import publish_embeddings
-from index_builder.shards import SHARDS_PREFIX, read_marker
-from realm import run_dir as rd
-from realm.embedding import embed_blocks
-from realm.index import IndexConfig
-from realm.packing import SpecialIds
-from realm.retriever import Retriever
+from realm.data.packing import SpecialIds
+from realm.index import versions
+from realm.index.build import publish_embeddings
+from realm.index.embedding import embed_blocks
+from realm.index.mips import IndexConfig
+from realm.index.shards import SHARDS_PREFIX, read_marker
+from realm.models.retriever import Retriever
+from realm.run import layout, publication
 from tests.tiny_run import MAX_BLOCK_LENGTH, export_tiny, make_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -86,8 +87,8 @@ def _run(cmd: list[str], timeout: float = 240) -> None:
 
 def _reference(run_dir: Path, step: int) -> np.ndarray:
     """Every block embedded in this process by the export's document embedder."""
-    export_path = rd.retriever_dir(run_dir) / rd.folder_name(rd.RETRIEVER_PREFIX, step)
-    export = rd.read_manifest(export_path)
+    export_path = layout.retriever_dir(run_dir) / publication.folder_name(layout.RETRIEVER_PREFIX, step)
+    export = publication.read_manifest(export_path)
     embedder = Retriever.from_pretrained(export_path).doc_embedder
     blocks = datasets.load_from_disk(export["blocks"])
     out = np.zeros((len(blocks), embedder.projection.out_features), dtype=np.float32)
@@ -97,7 +98,7 @@ def _reference(run_dir: Path, step: int) -> np.ndarray:
 
 
 def _no_leftovers(run_dir: Path) -> bool:
-    return not [p for p in rd.index_dir(run_dir).iterdir() if p.name.startswith((rd.STAGING_PREFIX, SHARDS_PREFIX))]
+    return not [p for p in layout.index_dir(run_dir).iterdir() if p.name.startswith((publication.STAGING_PREFIX, SHARDS_PREFIX))]
 
 
 def test_two_process_builder_publishes_what_the_one_process_builder_does(tmp_path):
@@ -113,8 +114,8 @@ def test_two_process_builder_publishes_what_the_one_process_builder_does(tmp_pat
 
     _run(_accelerate(run_dir, "--batch_size=5"))
 
-    two = rd.load_index_version(rd.current_index_version(run_dir))
-    one = rd.load_index_version(rd.current_index_version(alone))
+    two = versions.load_index_version(versions.current_index_version(run_dir))
+    one = versions.load_index_version(versions.current_index_version(alone))
     assert two.manifest["builder_processes"] == 2, "the launcher did not start two processes"
     for field in ("step", "num_vectors", "dim", "factory", "corpus_fingerprint", "weights_sha256"):
         assert two.manifest[field] == one.manifest[field], field
@@ -139,15 +140,15 @@ def _pid_of_rank(launcher: subprocess.Popen, rank: int) -> int:
 
 def test_rank_killed_mid_shard_is_not_taken_as_done_and_the_next_run_finishes_the_job(tmp_path):
     run_dir, blocks, tokenizer = make_run(tmp_path, 1000)
-    staging = rd.new_staging(rd.index_dir(run_dir))
-    np.save(staging / rd.EMBEDDINGS_FILE, np.zeros((1000, 16), dtype=np.float32))
+    staging = publication.new_staging(layout.index_dir(run_dir))
+    np.save(staging / versions.EMBEDDINGS_FILE, np.zeros((1000, 16), dtype=np.float32))
     live = publish_embeddings(
         run_dir, staging, step=1, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
     )
-    rd.set_current_index(run_dir, live)
+    versions.set_current_index(run_dir, live)
     export_tiny(run_dir, 2, blocks, tokenizer)
-    weights = rd.read_manifest(rd.retriever_dir(run_dir) / "step-00000002")["weights_sha256"]
-    shards = rd.index_dir(run_dir) / f"{SHARDS_PREFIX}{weights}"
+    weights = publication.read_manifest(layout.retriever_dir(run_dir) / "step-00000002")["weights_sha256"]
+    shards = layout.index_dir(run_dir) / f"{SHARDS_PREFIX}{weights}"
 
     launcher = subprocess.Popen(
         _torchrun(run_dir, "--batch_size=1"), cwd=REPO, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
@@ -166,12 +167,12 @@ def test_rank_killed_mid_shard_is_not_taken_as_done_and_the_next_run_finishes_th
     assert read_marker(shards, 1, 2) is None, "rank 1 finished before it was killed; the test needs a bigger shard"
     rank0_finished = read_marker(shards, 0, 2) is not None
     # nothing was published: the live index is the old one
-    assert rd.read_pointer(rd.index_dir(run_dir) / rd.CURRENT) == "v-00000001"
-    assert [s for s, _ in rd.list_published(rd.index_dir(run_dir), rd.INDEX_PREFIX)] == [1]
+    assert publication.read_pointer(layout.index_dir(run_dir) / publication.CURRENT) == "v-00000001"
+    assert [s for s, _ in publication.list_published(layout.index_dir(run_dir), layout.INDEX_PREFIX)] == [1]
 
     _run(_torchrun(run_dir, "--batch_size=100"))
 
-    published = rd.load_index_version(rd.current_index_version(run_dir))
+    published = versions.load_index_version(versions.current_index_version(run_dir))
     assert published.step == 2 and published.manifest["builder_processes"] == 2
     assert published.manifest["reused_shards"] == ([0] if rank0_finished else [])  # rank 1's shard was redone
     np.testing.assert_allclose(np.asarray(published.embeddings()), _reference(run_dir, 2), atol=1e-5, rtol=0)

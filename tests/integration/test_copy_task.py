@@ -18,14 +18,15 @@ import datasets
 import torch
 from transformers import BertConfig
 
-from realm.batch import PretrainCollator, RealmBatch
-from realm.marginal import marginal_mlm_loss
-from realm.model import RealmModel
-from realm.packing import SpecialIds
-from realm.retrieval import BlockStore, build_candidates
-from realm.retriever import RetrieverConfig
-from trainer.optim import OptimConfig, build_optimizer
-from trainer.step import train_step
+from realm.data.blocks import BlockStore
+from realm.data.packing import SpecialIds
+from realm.models.retriever import RetrieverConfig
+from realm.pretrain.batch import PretrainCollator, RealmBatch
+from realm.pretrain.candidates import build_candidates
+from realm.pretrain.loss import marginal_mlm_loss
+from realm.pretrain.model import RealmModel
+from realm.pretrain.step import train_step
+from realm.training.optim import OptimConfig, build_optimizer
 
 SPECIAL = SpecialIds(cls=1, sep=2, pad=0, mask=3)
 HAS = 4

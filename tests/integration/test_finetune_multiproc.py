@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from realm.config import save_config
-from realm.logging import read_metrics
+from realm.core.config import save_config
+from realm.core.logging import read_metrics
 from tests.integration.conftest import launch_two_processes, run_module, tiny_qa_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
@@ -22,13 +22,13 @@ def _losses(out: Path) -> dict[int, tuple[float, float]]:
 
 def test_two_finetuning_processes_step_like_one_process_with_the_whole_batch(qa_world, tmp_path):
     cfg = tiny_qa_config(qa_world, tmp_path / "unused", steps=STEPS, batch_size=8)
-    cfg.finetune.log_interval = 1
+    cfg.train.log_interval = 1
     cfg.finetune.eval_at_start = False  # one dev evaluation, after the last step
     save_config(cfg, tmp_path / "qa.yaml")
     one, two = tmp_path / "one", tmp_path / "two"
-    run_module("trainer.finetune", "--config", str(tmp_path / "qa.yaml"), f"--out={one}")
+    run_module("finetune.train", "--config", str(tmp_path / "qa.yaml"), f"--train.run_dir={one}")
     proc = launch_two_processes(
-        "launch/finetune.sh", "--config", str(tmp_path / "qa.yaml"), f"--out={two}", "--finetune.batch_size=4"
+        "launch/finetune.sh", "--config", str(tmp_path / "qa.yaml"), f"--train.run_dir={two}", "--train.batch_size=4"
     )
     assert "fine-tuning on 2 process(es) x batch 4 = global batch 8" in proc.stderr  # one group, not 2 copies
     a, b = _losses(one), _losses(two)

@@ -6,9 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from finetune.evaluate import main as evaluate_main
+from finetune.train import Finetuner
+from realm.core.errors import run_command
 from tests.integration.conftest import tiny_qa_config as _config
-from trainer.finetune import Finetuner
-from trainer.qa_eval import main as evaluate_main
 
 pytestmark = pytest.mark.slow
 
@@ -37,17 +38,17 @@ def test_finetuning_improves_exact_match_and_evaluate_reproduces_it(qa_world, tm
 
 
 def test_evaluate_reports_a_missing_model_in_one_line(tmp_path: Path, capsys) -> None:
-    code = evaluate_main([str(tmp_path), "--task", "nq", "--data", str(tmp_path / "none.jsonl")])
+    code = run_command("realm evaluate", evaluate_main, [str(tmp_path), "--task", "nq", "--data", str(tmp_path / "none.jsonl")])
     assert code == 2
     assert "no published model/" in capsys.readouterr().err
 
 
 def test_finetune_reports_a_malformed_question_line_before_any_model_work(tmp_path: Path, capsys) -> None:
-    from realm.cli import main as realm_main
+    from realm_cli.main import main as realm_main
 
     bad = tmp_path / "q.jsonl"
     bad.write_text('{"question": "Who?", "answers": ["A"]}\n{"question": "Where?"}\n')
-    code = realm_main(["finetune", "--task", "jsonl", "--train", str(bad), "--out", str(tmp_path / "out")])
+    code = realm_main(["finetune", "--task.name=jsonl", f"--task.train={bad}", f"--train.run_dir={tmp_path / 'out'}"])
     assert code == 2
     err = capsys.readouterr().err
     assert f"{bad}:2" in err and "answers" in err

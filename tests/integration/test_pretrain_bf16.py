@@ -8,10 +8,10 @@ import torch
 from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 
-from realm.config import load_config
-from realm.logging import read_metrics
+from realm.core.config import load_config
+from realm.core.logging import read_metrics
+from realm.pretrain.config import PretrainConfig
 from tests.integration.conftest import data_overrides
-from trainer.config import PretrainConfig
 from trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow

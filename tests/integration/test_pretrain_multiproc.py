@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from realm.logging import read_metrics
-from realm.run_dir import STAGING_PREFIX, list_published, read_manifest
+from realm.core.logging import read_metrics
+from realm.run.publication import STAGING_PREFIX, list_published, read_manifest
+from realm.training.sampler import StepBatchSampler
 from tests.integration.conftest import last_json, launch_two_processes, run_module
-from trainer.data import StepBatchSampler
 
 TINY = "configs/pretrain/tiny.yaml"
 STEPS = 4

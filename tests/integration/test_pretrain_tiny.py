@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from realm.logging import read_metrics
-from realm.run_dir import list_published
+from realm.core.logging import read_metrics
+from realm.run.publication import list_published
 from tests.integration.conftest import ROOT, data_overrides, last_json, run_module, subprocess_env
 
 pytestmark = pytest.mark.slow

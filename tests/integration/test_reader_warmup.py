@@ -6,17 +6,16 @@ import pytest
 import torch
 from transformers import BertForMaskedLM
 
-from realm.blocks import load_blocks
-from realm.config import load_config
-from realm.encoder import KnowledgeAugmentedEncoder
-from realm.marginal import marginal_mlm_loss
-from realm.masking import MaskingError
-from realm.packing import SpecialIds
-from realm.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
-from realm.retrieval import BlockStore
-from realm.tagging import TaggingConfig, build_tagger
-from realm.vocab import load_tokenizer
-from trainer.warmup import WarmupConfig, train_warmup
+from realm.core.config import load_config
+from realm.data.blocks import BlockStore, load_blocks
+from realm.data.masking import MaskingError
+from realm.data.packing import SpecialIds
+from realm.data.tagging import TaggingConfig, build_tagger
+from realm.data.vocab import load_tokenizer
+from realm.models.encoder import KnowledgeAugmentedEncoder
+from realm.pretrain.loss import marginal_mlm_loss
+from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
+from warmstart.reader import WarmupConfig, train_warmup
 
 
 @pytest.fixture(scope="module")
@@ -79,14 +78,8 @@ def test_warmup_publishes_an_encoder_that_pretraining_can_load(tiny_world, tmp_p
         WarmupConfig,
         "configs/warmup/demo.yaml",
         {
-            "warmup": {
-                "out_dir": str(tmp_path / "warmup"),
-                "tokenizer": str(tiny_world["tokenizer"]),
-                "blocks": str(tiny_world["blocks"]),
-                "max_steps": 4,
-                "batch_size": 8,
-                "log_interval": 2,
-            }
+            "train": {"run_dir": str(tmp_path / "warmup"), "max_steps": 4, "batch_size": 8, "log_interval": 2},
+            "data": {"tokenizer": str(tiny_world["tokenizer"]), "blocks": str(tiny_world["blocks"])},
         },
     )
     encoder_dir = train_warmup(cfg)

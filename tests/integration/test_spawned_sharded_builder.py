@@ -6,7 +6,7 @@ import json
 import psutil
 import pytest
 
-from realm.run_dir import list_published
+from realm.run.publication import list_published
 from tests.integration.conftest import data_overrides, last_json, run_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]

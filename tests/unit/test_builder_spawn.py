@@ -2,8 +2,10 @@
 
 import pytest
 
-from realm.config import ConfigError, load_config
-from trainer.refresh import RefreshConfig, builder_command, builder_env
+from realm.core.config import load_config
+from realm.core.errors import ConfigError
+from realm.pretrain.refresh import RefreshConfig
+from trainer.builder_process import builder_command, builder_env
 
 TRAINER_ENV = {
     "PATH": "/usr/bin",

@@ -1,6 +1,6 @@
 """The ``realm`` command: dispatch, the data-preparation commands, and clear errors from the inspection commands.
 
-Everything runs in-process through ``realm.cli.main``; the command modules are imported here, at collection, so each
+Everything runs in-process through ``realm_cli.main.main``; the command modules are imported here, at collection, so each
 test times the command rather than the first import of torch and transformers.
 """
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-import realm.tools  # noqa: F401 - imported at collection (see the module docstring)
-import trainer.inspect  # noqa: F401
-from realm.cli import COMMANDS, main
-from realm.config import save_config
-from trainer.config import PretrainConfig
+import realm_cli.data  # noqa: F401 - imported at collection (see the module docstring)
+import realm_cli.inspect  # noqa: F401
+from realm.core.config import save_config
+from realm.pretrain.config import PretrainConfig
+from realm_cli.main import COMMANDS, main, resolve
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 
@@ -71,10 +71,10 @@ def test_unknown_command_exits_2_with_a_message(capsys):
     assert "unknown command 'frobnicate'" in err and "world" in err
 
 
-def test_commands_of_this_layer_have_their_entry_points():
-    for command in ("world", "vocab", "blocks", "evaluate-mlm", "inspect"):
-        module = {"realm.tools": realm.tools, "trainer.inspect": trainer.inspect}[COMMANDS[command][0]]
-        assert callable(getattr(module, "main_" + command.replace("-", "_")))
+def test_every_command_resolves_to_a_function():
+    for command in COMMANDS:
+        assert callable(resolve(command)), command
+    assert resolve("world") is realm_cli.data.main_world and resolve("inspect") is realm_cli.inspect.main_inspect
 
 
 def test_world_writes_its_files_and_counts(tmp_path, capsys):
@@ -95,7 +95,7 @@ def test_world_rejects_an_invalid_size(tmp_path, capsys):
 
 
 def test_vocab_trains_a_loadable_tokenizer(tokenizer_dir):
-    from realm.vocab import load_tokenizer
+    from realm.data.vocab import load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
     assert tokenizer.convert_ids_to_tokens([0, 1, 2, 3, 4]) == ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
@@ -121,7 +121,7 @@ def test_vocab_reports_a_missing_input_file(tmp_path, capsys):
 
 
 def test_blocks_cuts_a_jsonl_corpus_and_reports_counts(tmp_path, capsys, tokenizer_dir):
-    from realm.blocks import load_blocks
+    from realm.data.blocks import load_blocks
 
     corpus = write_jsonl(tmp_path / "docs.jsonl", DOCS)
     argv = [
@@ -206,15 +206,16 @@ def tiny_run(tmp_path_factory) -> Path:
     import torch
     from safetensors.torch import save_file
 
-    from index_builder.publish import publish_embeddings
-    from realm import run_dir as rd
-    from realm.blocks import load_blocks
-    from realm.config import load_config
-    from realm.evaluation import embed_corpus
-    from realm.index import IndexConfig
-    from realm.model import RealmModel
-    from realm.packing import SpecialIds
-    from realm.vocab import load_tokenizer
+    from realm.core.config import load_config
+    from realm.data.blocks import load_blocks
+    from realm.data.packing import SpecialIds
+    from realm.data.vocab import load_tokenizer
+    from realm.index import versions
+    from realm.index.build import publish_embeddings
+    from realm.index.mips import IndexConfig
+    from realm.pretrain.evaluation import embed_corpus
+    from realm.pretrain.model import RealmModel
+    from realm.run import layout, publication
 
     root = tmp_path_factory.mktemp("tiny-run")
     world, run = root / "world", root / "run"
@@ -267,7 +268,7 @@ def tiny_run(tmp_path_factory) -> Path:
     tokenizer = load_tokenizer(root / "tok")
     torch.manual_seed(0)
     model = RealmModel.from_config(cfg.model.bert_config(len(tokenizer)), cfg.retriever)
-    staging = rd.new_staging(rd.checkpoints_dir(run))
+    staging = publication.new_staging(layout.checkpoints_dir(run))
     # as accelerate's clean_state_dict_for_safetensors: of tensors sharing storage only the first name is kept
     state, seen = {}, set()
     for name, tensor in model.state_dict().items():
@@ -277,15 +278,15 @@ def tiny_run(tmp_path_factory) -> Path:
     assert "encoder.mlm.cls.predictions.decoder.weight" not in state
     save_file(state, staging / "model.safetensors")
     (staging / "trainer_state.json").write_text(json.dumps({"step": 6}))
-    rd.publish_folder(staging, rd.checkpoints_dir(run) / "step-00000006", {"step": 6, "kind": "checkpoint"})
+    publication.publish_folder(staging, layout.checkpoints_dir(run) / "step-00000006", {"step": 6, "kind": "checkpoint"})
 
     embeddings = embed_corpus(model.retriever.doc_embedder, load_blocks(root / "blocks"), SpecialIds.of(tokenizer), 48)
-    staging = rd.new_staging(rd.index_dir(run))
-    np.save(staging / rd.EMBEDDINGS_FILE, embeddings.numpy())
+    staging = publication.new_staging(layout.index_dir(run))
+    np.save(staging / versions.EMBEDDINGS_FILE, embeddings.numpy())
     version = publish_embeddings(
         run, staging, step=6, weights_sha256="-", corpus_fingerprint="-", cfg=IndexConfig(), started=time.time()
     )
-    rd.set_current_index(run, version)
+    versions.set_current_index(run, version)
     return run
 
 

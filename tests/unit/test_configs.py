@@ -4,12 +4,13 @@ from pathlib import Path
 
 import pytest
 
+from finetune.train import FinetuneConfig
 from index_builder.build import IndexBuilderConfig
-from realm.config import ConfigError, load_config, parse_overrides
-from trainer.config import PretrainConfig
-from trainer.finetune import FinetuneConfig
-from trainer.ict import ICTConfig
-from trainer.warmup import WarmupConfig
+from realm.core.config import load_config, parse_overrides
+from realm.core.errors import ConfigError
+from realm.pretrain.config import PretrainConfig
+from warmstart.ict import ICTConfig
+from warmstart.reader import WarmupConfig
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 SCHEMAS = {

@@ -10,7 +10,7 @@ from pathlib import Path
 import datasets
 import pytest
 
-from realm.blocks import (
+from realm.data.blocks import (
     BLOCK_FEATURES,
     block_uid,
     build_blocks,
@@ -19,7 +19,7 @@ from realm.blocks import (
     load_blocks,
     save_blocks,
 )
-from realm.corpus import (
+from realm.data.corpus import (
     CorpusConfig,
     CorpusError,
     CorpusStats,
@@ -29,7 +29,7 @@ from realm.corpus import (
     read_hf,
     read_jsonl,
 )
-from realm.vocab import train_wordpiece
+from realm.data.vocab import train_wordpiece
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
 REAL = Path(__file__).parents[3] / "shared/data/real"
@@ -84,7 +84,7 @@ def test_skip_malformed_skips_counts_and_warns(tmp_path, caplog):
     good = json.dumps({"id": "a", "title": "T", "text": "Fine."})
     path = write(tmp_path / "bad.jsonl", f"{good}\n{{oops\n{good}\n{{}}\n")
     stats = CorpusStats()
-    with caplog.at_level(logging.WARNING, logger="realm.corpus"):
+    with caplog.at_level(logging.WARNING, logger="realm.data.corpus"):
         docs = list(read_jsonl(path, skip_malformed=True, stats=stats))
     assert len(docs) == 2 and stats.num_malformed == 2 and stats.num_records == 2
     assert "skipped 2 malformed" in caplog.text
@@ -215,7 +215,7 @@ def test_build_blocks_is_deterministic(tokenizer, tmp_path):
 
 def test_empty_documents_are_skipped_counted_and_logged(tokenizer, tmp_path, caplog):
     stats = CorpusStats()
-    with caplog.at_level(logging.WARNING, logger="realm.corpus"):
+    with caplog.at_level(logging.WARNING, logger="realm.data.corpus"):
         blocks = build_blocks(
             read_jsonl(FIXTURES / "corpus_docs.jsonl", stats=stats), tokenizer, 64, cache_dir=tmp_path, stats=stats
         )

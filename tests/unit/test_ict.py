@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-from realm.ict import ICTCollator, ict_loss
-from realm.packing import SpecialIds
+from realm.data.packing import SpecialIds
+from realm.pretrain.ict import ICTCollator, ict_loss
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from realm.index import BruteForceIndex, DocumentIndex, FaissIndex, IndexConfig, check_factory
+from realm.index.mips import BruteForceIndex, DocumentIndex, FaissIndex, IndexConfig, check_factory
 
 
 @pytest.fixture()

@@ -7,10 +7,11 @@ import time
 import numpy as np
 import pytest
 
-from index_builder.publish import publish_embeddings
-from realm import run_dir as rd
-from realm.index import IndexConfig
-from realm.index_budget import GB, expected_index_bytes, ivf_lists, plan_index
+from realm.index import versions
+from realm.index.budget import GB, expected_index_bytes, ivf_lists, plan_index
+from realm.index.build import publish_embeddings
+from realm.index.mips import IndexConfig
+from realm.run import layout, publication
 
 REALM_BLOCKS, DIM = 13_353_718, 128
 
@@ -70,16 +71,16 @@ def test_published_manifest_states_the_chosen_index_and_its_expected_size(tmp_pa
     rng = np.random.default_rng(0)
     embeddings = rng.standard_normal((10_000, 16)).astype(np.float32)
     budget_gb = 170_000 / GB  # Flat needs 640 kB, IVF256,PQ8 193 kB, IVF256,PQ4 153 kB
-    staging = rd.new_staging(rd.index_dir(tmp_path))
-    np.save(staging / rd.EMBEDDINGS_FILE, embeddings)
+    staging = publication.new_staging(layout.index_dir(tmp_path))
+    np.save(staging / versions.EMBEDDINGS_FILE, embeddings)
     cfg = IndexConfig(memory_budget_gb=budget_gb, train_sample=10_000)
     version = publish_embeddings(
         tmp_path, staging, step=1, weights_sha256="w", corpus_fingerprint="c", cfg=cfg, started=time.time()
     )
-    manifest = rd.read_manifest(version)
+    manifest = publication.read_manifest(version)
     assert manifest["factory"] == "IVF256,PQ4" and manifest["memory_budget_gb"] == budget_gb
     expected = manifest["expected_index_bytes"]
     assert expected == expected_index_bytes("IVF256,PQ4", 10_000, 16) <= budget_gb * GB
-    assert 0.5 < manifest["files"][rd.FAISS_FILE]["size"] / expected < 1.5  # the arithmetic matches FAISS's file
-    published = rd.load_index_version(version, cfg=cfg)
+    assert 0.5 < manifest["files"][versions.FAISS_FILE]["size"] / expected < 1.5  # the arithmetic matches FAISS's file
+    published = versions.load_index_version(version, cfg=cfg)
     assert published.num_vectors == 10_000 and published.index.nprobe == cfg.nprobe

@@ -13,14 +13,15 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from index_builder import shards as sh
 from index_builder.build import IndexBuilderConfig
 from index_builder.group import BuilderGroup, PeerError
 from index_builder.sharded import _assemble_and_publish, shard_keys
-from realm import run_dir as rd
-from realm.embedding import embed_blocks
-from realm.index import IndexConfig
-from realm.packing import SpecialIds
+from realm.data.packing import SpecialIds
+from realm.index import shards as sh
+from realm.index import versions
+from realm.index.embedding import embed_blocks
+from realm.index.mips import IndexConfig
+from realm.run import layout, publication
 from tests.tiny_run import MAX_BLOCK_LENGTH, export_tiny, make_run
 
 NUM_BLOCKS = 50
@@ -31,7 +32,7 @@ def world(tmp_path_factory):
     """A tiny run with one export: (run_dir, export manifest, embedder, blocks, special ids)."""
     run_dir, blocks_path, tokenizer = make_run(tmp_path_factory.mktemp("shards"), NUM_BLOCKS)
     embedder = export_tiny(run_dir, 3, blocks_path, tokenizer).doc_embedder.eval()
-    export = rd.read_manifest(rd.retriever_dir(run_dir) / "step-00000003")
+    export = publication.read_manifest(layout.retriever_dir(run_dir) / "step-00000003")
     special = SpecialIds.of(AutoTokenizer.from_pretrained(tokenizer))
     return run_dir, export, embedder, datasets.load_from_disk(str(blocks_path)), special
 
@@ -114,8 +115,8 @@ def test_rank_zero_publishes_nothing_when_a_peer_failed(world):
     reports = [{"status": "ok"}, {"status": "failed", "message": "RuntimeError: out of memory"}]
     with pytest.raises(PeerError, match="rank 1: RuntimeError: out of memory"):
         _assemble_and_publish(run_dir, 3, export, reports, IndexConfig(), 3, time.time(), "fp32")
-    assert rd.current_index_version(run_dir) is None
-    assert not list(rd.index_dir(run_dir).glob(f"{rd.STAGING_PREFIX}*"))
+    assert versions.current_index_version(run_dir) is None
+    assert not list(layout.index_dir(run_dir).glob(f"{publication.STAGING_PREFIX}*"))
 
 
 def test_single_process_group_runs_collectives_locally():

@@ -10,22 +10,23 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from index_builder.publish import publish_embeddings
-from realm import run_dir as rd
-from realm.index import IndexConfig
+from realm.index import versions
+from realm.index.build import publish_embeddings
+from realm.index.mips import IndexConfig
+from realm.run import layout, publication
 from trainer.index_watcher import IndexWatcher
 
 POLL_S = 0.01
 
 
 def publish_random(run_dir: Path, step: int, *, make_current: bool = True) -> Path:
-    staging = rd.new_staging(rd.index_dir(run_dir))
-    np.save(staging / rd.EMBEDDINGS_FILE, np.random.default_rng(step).standard_normal((20, 8)).astype(np.float32))
+    staging = publication.new_staging(layout.index_dir(run_dir))
+    np.save(staging / versions.EMBEDDINGS_FILE, np.random.default_rng(step).standard_normal((20, 8)).astype(np.float32))
     version = publish_embeddings(
         run_dir, staging, step=step, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
     )
     if make_current:
-        rd.set_current_index(run_dir, version)
+        versions.set_current_index(run_dir, version)
     return version
 
 
@@ -62,11 +63,11 @@ def test_corrupt_version_is_skipped_and_the_previous_one_stays(tmp_path, watcher
     publish_random(tmp_path, 1)
     good = watcher.wait_for(1, timeout_s=10)
     bad = publish_random(tmp_path, 2, make_current=False)
-    data = bytearray((bad / rd.EMBEDDINGS_FILE).read_bytes())
+    data = bytearray((bad / versions.EMBEDDINGS_FILE).read_bytes())
     data[-1] ^= 0xFF
-    (bad / rd.EMBEDDINGS_FILE).write_bytes(bytes(data))
+    (bad / versions.EMBEDDINGS_FILE).write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="trainer.index_watcher"):
-        rd.set_current_index(tmp_path, bad)
+        versions.set_current_index(tmp_path, bad)
         assert watcher.wait_for(2, timeout_s=0.3) is None
     assert any("skipping index version v-00000002" in r.getMessage() for r in caplog.records)
     assert good.step == 1 and good.num_vectors == 20  # what the trainer holds is untouched

@@ -12,7 +12,7 @@ import torch
 from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
 from accelerate.utils import DistributedType
 
-from trainer.accelerator import cpu_safe_mixed_precision
+from realm.training.accelerator import cpu_safe_mixed_precision
 
 ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"

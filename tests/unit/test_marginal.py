@@ -6,7 +6,7 @@ import math
 import pytest
 import torch
 
-from realm.marginal import closed_book_loss, get_loss, marginal_mlm_loss, marginal_span_loss, retrieval_metrics
+from realm.pretrain.loss import closed_book_loss, get_loss, marginal_mlm_loss, marginal_span_loss, retrieval_metrics
 
 
 def _random_inputs(b=3, k=4, m=5, seed=0):

@@ -4,9 +4,9 @@ import random
 
 import pytest
 
-from realm.batch import PretrainCollator
-from realm.masking import MaskingError, choose_masked_positions, example_rng
-from realm.packing import SpecialIds
+from realm.data.masking import MaskingError, choose_masked_positions, example_rng
+from realm.data.packing import SpecialIds
+from realm.pretrain.batch import PretrainCollator
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 

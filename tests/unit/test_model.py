@@ -6,14 +6,14 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from realm.batch import PretrainCollator
-from realm.blocks import BLOCK_FEATURES
-from realm.index import BruteForceIndex
-from realm.marginal import marginal_mlm_loss
-from realm.model import RealmModel
-from realm.packing import SpecialIds
-from realm.retrieval import BlockStore, build_candidates, select_candidates, uid_hash
-from realm.retriever import RetrieverConfig
+from realm.data.blocks import BLOCK_FEATURES, BlockStore, uid_hash
+from realm.data.packing import SpecialIds
+from realm.index.mips import BruteForceIndex
+from realm.models.retriever import RetrieverConfig
+from realm.pretrain.batch import PretrainCollator
+from realm.pretrain.candidates import build_candidates, select_candidates
+from realm.pretrain.loss import marginal_mlm_loss
+from realm.pretrain.model import RealmModel
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 VOCAB = 40
@@ -104,10 +104,10 @@ def test_gradients_reach_both_embedders_and_the_encoder(shared):
     model = RealmModel.from_config(config, cfg)
     store, uids = _store()
     batch = _batch([uids[0], uids[1], ""])
-    from realm.evaluation import embed_corpus
+    from realm.pretrain.evaluation import embed_corpus
 
     index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, SPECIAL, 16))
-    from realm.retrieval import retrieve
+    from realm.pretrain.candidates import retrieve
 
     batch = retrieve(model.embed_queries(batch), batch, index, store, SPECIAL, cfg)
     assert not (batch.candidates.block_ids[:2, 1:] == torch.tensor([[0], [1]])).any()  # own source filtered
@@ -191,8 +191,8 @@ def test_init_from_a_bert_without_mlm_head_ties_the_decoder_to_its_word_embeddin
     ``BertModel`` only, so the MLM decoder must be the checkpoint's own word embeddings, not a random matrix."""
     from transformers import BertModel
 
-    from realm.encoder import KnowledgeAugmentedEncoder
-    from realm.retriever import Retriever
+    from realm.models.encoder import KnowledgeAugmentedEncoder
+    from realm.models.retriever import Retriever
 
     torch.manual_seed(0)
     config = BertConfig(
@@ -213,9 +213,9 @@ def test_init_from_a_bert_without_mlm_head_ties_the_decoder_to_its_word_embeddin
 def test_a_warm_started_retriever_must_match_the_runs_retriever_section(tmp_path):
     """Evaluation and inspection rebuild the model from the run's config, so a retriever whose score (and hence
     p(z|x)'s temperature) differs from the config would be read back wrongly: the trainer refuses it."""
-    from realm.config import load_config
-    from realm.retriever import Retriever
-    from trainer.config import PretrainConfig
+    from realm.core.config import load_config
+    from realm.models.retriever import Retriever
+    from realm.pretrain.config import PretrainConfig
     from trainer.loop import build_model
 
     shape = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}

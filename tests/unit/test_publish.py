@@ -15,9 +15,10 @@ import pytest
 import torch
 
 from index_builder.build import IndexBuilderConfig, run_builder
-from index_builder.publish import publish_embeddings
-from realm import run_dir as rd
-from realm.index import BruteForceIndex, IndexConfig
+from realm.index import versions
+from realm.index.build import publish_embeddings
+from realm.index.mips import BruteForceIndex, IndexConfig
+from realm.run import layout, publication
 from tests.tiny_run import export_tiny, make_run
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,13 +29,13 @@ REPO = Path(__file__).resolve().parents[2]
 
 def publish_random(run_dir: Path, step: int, *, num: int = 30, dim: int = 8, make_current: bool = True) -> Path:
     """A published index version over random embeddings (no model needed)."""
-    staging = rd.new_staging(rd.index_dir(run_dir))
-    np.save(staging / rd.EMBEDDINGS_FILE, np.random.default_rng(step).standard_normal((num, dim)).astype(np.float32))
+    staging = publication.new_staging(layout.index_dir(run_dir))
+    np.save(staging / versions.EMBEDDINGS_FILE, np.random.default_rng(step).standard_normal((num, dim)).astype(np.float32))
     version = publish_embeddings(
         run_dir, staging, step=step, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
     )
     if make_current:
-        rd.set_current_index(run_dir, version)
+        versions.set_current_index(run_dir, version)
     return version
 
 
@@ -42,58 +43,58 @@ def publish_random(run_dir: Path, step: int, *, num: int = 30, dim: int = 8, mak
 
 
 def test_publish_folder_writes_manifest_last_and_renames(tmp_path, monkeypatch):
-    staging = rd.new_staging(tmp_path)
+    staging = publication.new_staging(tmp_path)
     (staging / "data.bin").write_bytes(b"x" * 10)
     synced, renamed = [], []
-    real_fsync_tree, real_rename = rd._fsync_tree, os.rename
-    monkeypatch.setattr(rd, "_fsync_tree", lambda p: (synced.append((p / rd.MANIFEST).exists()), real_fsync_tree(p)))
+    real_fsync_tree, real_rename = publication._fsync_tree, os.rename
+    monkeypatch.setattr(publication, "_fsync_tree", lambda p: (synced.append((p / publication.MANIFEST).exists()), real_fsync_tree(p)))
     monkeypatch.setattr(
-        rd.os, "rename", lambda a, b: (renamed.append(Path(a, rd.MANIFEST).is_file()), real_rename(a, b))
+        publication.os, "rename", lambda a, b: (renamed.append(Path(a, publication.MANIFEST).is_file()), real_rename(a, b))
     )
-    assert rd.list_published(tmp_path, "v-") == []
-    final = rd.publish_folder(staging, tmp_path / "v-00000003", {"step": 3})
+    assert publication.list_published(tmp_path, "v-") == []
+    final = publication.publish_folder(staging, tmp_path / "v-00000003", {"step": 3})
     assert synced == [False] and renamed == [True]  # data synced before the manifest exists; manifest before rename
-    assert not staging.exists() and rd.read_manifest(final) == {"step": 3}
-    assert rd.list_published(tmp_path, "v-") == [(3, final)]
+    assert not staging.exists() and publication.read_manifest(final) == {"step": 3}
+    assert publication.list_published(tmp_path, "v-") == [(3, final)]
     with pytest.raises(FileExistsError):
-        rd.publish_folder(rd.new_staging(tmp_path), final, {"step": 3})
+        publication.publish_folder(publication.new_staging(tmp_path), final, {"step": 3})
 
 
 def test_readers_ignore_folders_without_a_readable_manifest(tmp_path):
     (tmp_path / "v-00000001").mkdir()  # no manifest: a crash between mkdir and manifest
     (tmp_path / "v-00000002").mkdir()
-    (tmp_path / "v-00000002" / rd.MANIFEST).write_text('{"step": 2')  # torn manifest
-    rd.new_staging(tmp_path)
-    good = rd.publish_folder(rd.new_staging(tmp_path), tmp_path / "v-00000000", {"step": 0})
-    assert rd.list_published(tmp_path, "v-") == [(0, good)]
-    assert rd.latest_published(tmp_path, "v-") == (0, good)
-    assert rd.latest_published(tmp_path / "missing", "v-") is None
+    (tmp_path / "v-00000002" / publication.MANIFEST).write_text('{"step": 2')  # torn manifest
+    publication.new_staging(tmp_path)
+    good = publication.publish_folder(publication.new_staging(tmp_path), tmp_path / "v-00000000", {"step": 0})
+    assert publication.list_published(tmp_path, "v-") == [(0, good)]
+    assert publication.latest_published(tmp_path, "v-") == (0, good)
+    assert publication.latest_published(tmp_path / "missing", "v-") is None
 
 
 def test_pointer_is_replaced_atomically(tmp_path):
-    assert rd.read_pointer(tmp_path / "CURRENT") is None
-    rd.write_pointer(tmp_path / "CURRENT", "v-00000001")
-    rd.write_pointer(tmp_path / "CURRENT", "v-00000002")
-    assert rd.read_pointer(tmp_path / "CURRENT") == "v-00000002"
+    assert publication.read_pointer(tmp_path / "CURRENT") is None
+    publication.write_pointer(tmp_path / "CURRENT", "v-00000001")
+    publication.write_pointer(tmp_path / "CURRENT", "v-00000002")
+    assert publication.read_pointer(tmp_path / "CURRENT") == "v-00000002"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["CURRENT"]  # no temp file left behind
 
 
 def test_prune_keeps_newest_and_never_the_current_one(tmp_path):
     for step in range(1, 6):
-        rd.publish_folder(rd.new_staging(tmp_path), tmp_path / rd.folder_name("v-", step), {"step": step})
-    rd.write_pointer(tmp_path / rd.CURRENT, "v-00000001")
-    removed = rd.prune(tmp_path, "v-", keep=2)
+        publication.publish_folder(publication.new_staging(tmp_path), tmp_path / publication.folder_name("v-", step), {"step": step})
+    publication.write_pointer(tmp_path / publication.CURRENT, "v-00000001")
+    removed = publication.prune(tmp_path, "v-", keep=2)
     assert [p.name for p in removed] == ["v-00000002", "v-00000003"]
-    assert [s for s, _ in rd.list_published(tmp_path, "v-")] == [1, 4, 5]
-    assert not any(p.name.startswith(rd.STAGING_PREFIX) for p in tmp_path.iterdir())
+    assert [s for s, _ in publication.list_published(tmp_path, "v-")] == [1, 4, 5]
+    assert not any(p.name.startswith(publication.STAGING_PREFIX) for p in tmp_path.iterdir())
 
 
 def test_clean_staging_removes_only_staging_leftovers(tmp_path):
-    leftover = rd.new_staging(tmp_path)
+    leftover = publication.new_staging(tmp_path)
     (leftover / "embeddings.npy").write_bytes(b"partial")
-    (tmp_path / f"{rd.STAGING_PREFIX}CURRENT-abc").write_text("v-1")  # a torn pointer write
-    kept = rd.publish_folder(rd.new_staging(tmp_path), tmp_path / "v-00000001", {"step": 1})
-    assert len(rd.clean_staging(tmp_path)) == 2
+    (tmp_path / f"{publication.STAGING_PREFIX}CURRENT-abc").write_text("v-1")  # a torn pointer write
+    kept = publication.publish_folder(publication.new_staging(tmp_path), tmp_path / "v-00000001", {"step": 1})
+    assert len(publication.clean_staging(tmp_path)) == 2
     assert [p.name for p in tmp_path.iterdir()] == [kept.name]
 
 
@@ -102,10 +103,10 @@ def test_clean_staging_removes_only_staging_leftovers(tmp_path):
 
 def test_published_version_loads_and_searches(tmp_path):
     version = publish_random(tmp_path, 7)
-    assert rd.current_index_version(tmp_path) == version
-    published = rd.load_index_version(version)
+    assert versions.current_index_version(tmp_path) == version
+    published = versions.load_index_version(version)
     assert published.step == 7 and published.num_vectors == 30
-    assert published.manifest["files"][rd.EMBEDDINGS_FILE]["size"] == (version / rd.EMBEDDINGS_FILE).stat().st_size
+    assert published.manifest["files"][versions.EMBEDDINGS_FILE]["size"] == (version / versions.EMBEDDINGS_FILE).stat().st_size
     queries = torch.randn(4, 8)
     _, ids = published.search(queries, 3)
     assert torch.equal(ids, BruteForceIndex(published.embeddings()).search(queries, 3)[1])
@@ -123,18 +124,18 @@ def test_published_version_loads_and_searches(tmp_path):
 def test_corrupt_version_fails_verification_with_a_clear_error(tmp_path, damage, message):
     version = publish_random(tmp_path, 3)
     if damage == "flip":
-        data = bytearray((version / rd.EMBEDDINGS_FILE).read_bytes())
+        data = bytearray((version / versions.EMBEDDINGS_FILE).read_bytes())
         data[-1] ^= 0xFF
-        (version / rd.EMBEDDINGS_FILE).write_bytes(bytes(data))
+        (version / versions.EMBEDDINGS_FILE).write_bytes(bytes(data))
     elif damage == "truncate":
-        with open(version / rd.FAISS_FILE, "r+b") as f:
+        with open(version / versions.FAISS_FILE, "r+b") as f:
             f.truncate(10)
     elif damage == "delete":
-        (version / rd.BLOCK_IDS_FILE).unlink()
+        (version / versions.BLOCK_IDS_FILE).unlink()
     else:
-        (version / rd.MANIFEST).write_text("{")
-    with pytest.raises(rd.IndexVersionError, match=message) as err:
-        rd.load_index_version(version)
+        (version / publication.MANIFEST).write_text("{")
+    with pytest.raises(versions.IndexVersionError, match=message) as err:
+        versions.load_index_version(version)
     assert str(version) in str(err.value)
 
 
@@ -170,7 +171,7 @@ def _start_builder(run_dir: Path) -> subprocess.Popen:
 
 
 def _embedding(index_dir: Path) -> bool:
-    return any((p / rd.EMBEDDINGS_FILE).exists() for p in index_dir.glob(f"{rd.STAGING_PREFIX}*"))
+    return any((p / versions.EMBEDDINGS_FILE).exists() for p in index_dir.glob(f"{publication.STAGING_PREFIX}*"))
 
 
 class StopAfter(threading.Event):
@@ -192,8 +193,8 @@ def test_stop_requested_mid_build_discards_the_staging_folder(tmp_path):
     stop = StopAfter(4)  # the loop's first look, two batches, then stop
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), batch_size=4), stop=stop) == 0
     assert stop.looks == 4
-    assert [p.name for p in rd.index_dir(run_dir).iterdir() if p.name.startswith(rd.STAGING_PREFIX)] == []
-    assert rd.load_index_version(rd.current_index_version(run_dir)).step == 1
+    assert [p.name for p in layout.index_dir(run_dir).iterdir() if p.name.startswith(publication.STAGING_PREFIX)] == []
+    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 1
 
 
 @pytest.mark.slow
@@ -201,7 +202,7 @@ def test_builder_killed_mid_build_leaves_the_previous_version_live(tmp_path):
     run_dir, blocks, tokenizer = make_run(tmp_path, num_blocks=2000)
     publish_random(run_dir, 1)
     export_tiny(run_dir, 2, blocks, tokenizer)
-    index_dir = rd.index_dir(run_dir)
+    index_dir = layout.index_dir(run_dir)
 
     proc = _start_builder(run_dir)
     _wait_for(lambda: _embedding(index_dir), 120, proc)
@@ -209,12 +210,12 @@ def test_builder_killed_mid_build_leaves_the_previous_version_live(tmp_path):
     proc.kill()
     proc.communicate(timeout=30)
 
-    (staging,) = index_dir.glob(f"{rd.STAGING_PREFIX}*")
-    with pytest.raises(rd.IndexVersionError, match="no readable manifest"):
-        rd.load_index_version(staging)
-    assert rd.read_pointer(index_dir / rd.CURRENT) == "v-00000001"
-    assert [s for s, _ in rd.list_published(index_dir, rd.INDEX_PREFIX)] == [1]
-    assert rd.load_index_version(rd.current_index_version(run_dir)).step == 1
+    (staging,) = index_dir.glob(f"{publication.STAGING_PREFIX}*")
+    with pytest.raises(versions.IndexVersionError, match="no readable manifest"):
+        versions.load_index_version(staging)
+    assert publication.read_pointer(index_dir / publication.CURRENT) == "v-00000001"
+    assert [s for s, _ in publication.list_published(index_dir, layout.INDEX_PREFIX)] == [1]
+    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 1
 
     # the next builder start removes the leftover and builds the pending export
     threads = torch.get_num_threads()
@@ -223,4 +224,4 @@ def test_builder_killed_mid_build_leaves_the_previous_version_live(tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert not staging.exists()
-    assert rd.load_index_version(rd.current_index_version(run_dir)).step == 2
+    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 2

@@ -1,4 +1,4 @@
-"""realm.qa_data: the open-domain QA loaders, on the real files (skipped when absent) and on small malformed ones."""
+"""realm.qa.datasets: the open-domain QA loaders, on the real files (skipped when absent) and on small malformed ones."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import datasets
 import pytest
 
-from realm.jsonl import DataFileError
-from realm.qa_data import (
+from realm.core.errors import DataFileError
+from realm.qa.datasets import (
     LoadStats,
     QAExample,
     load_curatedtrec_drqa,
@@ -196,7 +196,7 @@ def test_jsonl_malformed_names_file_line_or_is_counted(tmp_path, caplog, bad, re
     with pytest.raises(DataFileError, match=rf"nq\.jsonl:3: .*{reason}"):
         load_nq_open(path)
     stats = LoadStats()
-    with caplog.at_level(logging.WARNING, logger="realm.qa_data"):
+    with caplog.at_level(logging.WARNING, logger="realm.qa.datasets"):
         examples = load_nq_open(path, skip_malformed=True, stats=stats)
     assert [e.id for e in examples] == ["nq.jsonl:1", "nq.jsonl:4"]
     assert stats.to_dict() == {"num_records": 2, "num_skipped": 1}

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from realm.qa_loss import marginal_log_loss, open_qa_loss
+from realm.qa.loss import marginal_log_loss, open_qa_loss
 
 
 def _brute(logits: list[float], correct: list[bool], valid: list[bool]) -> float:

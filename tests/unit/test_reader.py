@@ -6,13 +6,13 @@ import pytest
 import torch
 from transformers import BertConfig, BertForMaskedLM, BertTokenizer
 
-from realm.packing import SpecialIds, pack_pair, pad
-from realm.qa_batch import QABatch, RetrievedBlocks
-from realm.qa_model import OpenQAModel, best_spans
-from realm.qa_spans import Wordpieces, candidate_span_mask, correct_span_mask
-from realm.reader import SpanReader, reader_config
-from realm.retriever import Embedder, RetrieverConfig, embedder_config
-from realm.vocab import load_tokenizer
+from realm.data.packing import SpecialIds, pack_pair, pad
+from realm.data.vocab import load_tokenizer
+from realm.models.reader import SpanReader, reader_config
+from realm.models.retriever import Embedder, RetrieverConfig, embedder_config
+from realm.qa.batch import QABatch, RetrievedBlocks
+from realm.qa.model import OpenQAModel, best_spans
+from realm.qa.spans import Wordpieces, candidate_span_mask, correct_span_mask
 
 WORDS = ["when", "was", "born", "on", "11", "february", "1900", "dre", "##isten", "gret", "##oul", "in", "paris", ","]
 

@@ -2,9 +2,9 @@
 
 import pytest
 
-from realm.run_dir import new_staging, publish_folder
-from trainer.checkpoint import resolve_resume
-from trainer.refresh import RefreshConfig, RefreshSchedule
+from realm.pretrain.refresh import RefreshConfig, RefreshSchedule
+from realm.run.publication import new_staging, publish_folder
+from realm.training.checkpoint import resolve_resume
 
 
 def test_piecewise_schedule_is_due_on_its_intervals():
@@ -41,9 +41,9 @@ def test_resume_picks_latest_complete_checkpoint(tmp_path):
 def test_retriever_parameters_get_their_own_learning_rate():
     from transformers import BertConfig
 
-    from realm.model import RealmModel
-    from realm.retriever import RetrieverConfig
-    from trainer.optim import OptimConfig, build_optimizer
+    from realm.models.retriever import RetrieverConfig
+    from realm.pretrain.model import RealmModel
+    from realm.training.optim import OptimConfig, build_optimizer
 
     config = BertConfig(vocab_size=30, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, intermediate_size=32)
     model = RealmModel.from_config(config, RetrieverConfig(embed_dim=8))
@@ -67,7 +67,7 @@ def test_learning_rate_schedules(schedule, decay_steps, expected, tmp_path):
 
     from torch import nn
 
-    from trainer.optim import OptimConfig, build_optimizer
+    from realm.training.optim import OptimConfig, build_optimizer
 
     cfg = OptimConfig(lr=1.0, warmup_steps=2, schedule=schedule, decay_steps=decay_steps)
     optimizer, scheduler = build_optimizer(nn.Linear(2, 2), cfg, 7)
@@ -85,7 +85,7 @@ def test_learning_rate_schedules(schedule, decay_steps, expected, tmp_path):
 
 
 def test_unknown_schedule_is_rejected():
-    from trainer.optim import OptimConfig
+    from realm.training.optim import OptimConfig
 
     with pytest.raises(ValueError, match="schedule must be one of"):
         OptimConfig(schedule="constant")

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from trainer.report import main, svg_line_plot
+from realm_cli.main import main as realm_main
+from realm_cli.report import main, svg_line_plot
 
 STEPS = [10, 20, 30, 40]
 TRAIN = {
@@ -166,8 +167,8 @@ def test_missing_retrievals_and_summary_are_reported(run: Path):
 
 
 def test_missing_run_or_metrics_exits_2_with_one_line(tmp_path: Path, capsys):
-    assert main([str(tmp_path / "nope")]) == 2
-    assert main([str(tmp_path)]) == 2  # a directory without metrics.jsonl
+    assert realm_main(["report", str(tmp_path / "nope")]) == 2
+    assert realm_main(["report", str(tmp_path)]) == 2  # a directory without metrics.jsonl
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 2 and all(line.startswith("realm report: error:") for line in err)
     assert "nope" in err[0] and "metrics.jsonl" in err[1]

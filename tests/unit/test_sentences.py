@@ -9,7 +9,7 @@ import re
 import datasets
 import pytest
 
-from realm.sentences import (
+from realm.data.sentences import (
     SENTENCE_FEATURES,
     DataFileError,
     char_span_to_wordpieces,
@@ -18,7 +18,7 @@ from realm.sentences import (
     prepare_sentences,
     split_sentences,
 )
-from realm.vocab import train_wordpiece
+from realm.data.vocab import train_wordpiece
 
 TEXTS = [
     "Ada Lovelace met Charles Babbage in London in 1833.",
@@ -29,7 +29,7 @@ TEXTS = [
 
 
 class PhraseTagger:
-    """Tags every occurrence of fixed phrases; a stand-in for ``realm.tagging`` taggers."""
+    """Tags every occurrence of fixed phrases; a stand-in for ``realm.data.tagging`` taggers."""
 
     def __init__(self, phrases: list[str]) -> None:
         self.pattern = re.compile("|".join(re.escape(p) for p in phrases))
@@ -123,7 +123,7 @@ def test_gold_span_maps_answer_offsets_and_defaults_to_minus_one(tokenizer):
 
 
 def test_sentences_without_spans_are_kept_counted_and_logged(tokenizer, caplog):
-    with caplog.at_level(logging.INFO, logger="realm.sentences"):
+    with caplog.at_level(logging.INFO, logger="realm.data.sentences"):
         prepared = prepare_sentences(records([{"text": t, "source": "wiki"} for t in TEXTS]), tokenizer, TAGGER, 64)
     assert len(prepared) == len(TEXTS) and prepared[2]["salient_spans"] == []
     assert num_without_salient_spans(prepared) == 1

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import pytest
 
-from realm.tagging import (
+from realm.data.tagging import (
     DATE,
     NAME,
     NUMBER,
@@ -19,7 +19,7 @@ from realm.tagging import (
     build_tagger,
     resolve_overlaps,
 )
-from realm.world import WorldConfig, generate_world
+from realm.data.world import WorldConfig, generate_world
 
 
 def _spans(text: str) -> list[tuple[str, str]]:

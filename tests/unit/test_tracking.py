@@ -10,30 +10,33 @@ import datasets
 import pytest
 import torch
 
-from realm.batch import RealmBatch
-from realm.model import RealmOutput
-from realm.packing import SpecialIds
-from realm.retrieval import BlockStore, build_candidates, uid_hash
-from realm.tracking import (
-    EMPTY_TITLE,
-    NULL_TITLE,
-    RETRIEVALS_FILE,
+from finetune.evaluate import write_evaluation
+from realm.core.tracking import (
     TrackingConfig,
     accelerator_kwargs,
     configure_wandb_env,
-    contains_answer,
     finish_builder_run,
     flatten_config,
-    flatten_row,
     init_builder_run,
     init_trackers,
     log_builder,
-    log_retrieval_table,
     resolve_wandb_mode,
+)
+from realm.data.blocks import BlockStore, uid_hash
+from realm.data.packing import SpecialIds
+from realm.data.vocab import train_wordpiece
+from realm.pretrain.batch import RealmBatch
+from realm.pretrain.candidates import build_candidates
+from realm.pretrain.model import RealmOutput
+from realm.pretrain.retrieval_table import (
+    EMPTY_TITLE,
+    NULL_TITLE,
+    RETRIEVALS_FILE,
+    contains_answer,
+    flatten_row,
+    log_retrieval_table,
     retrieval_rows,
 )
-from realm.vocab import train_wordpiece
-from trainer.qa_eval import write_evaluation
 
 BLOCKS = [
     ("France", "France is a country in Europe; its capital is Paris."),
@@ -244,7 +247,7 @@ PREDICTIONS = [
     {"question": "Where?", "answers": ["Paris"], "prediction": "", "correct": False, "prediction_block": -1,
      "block_ids": [], "titles": [], "scores": [], "has_answer": []},
 ]  # fmt: skip
-"""Two records as ``realm.qa_evaluation.evaluate_qa`` writes them (the second retrieved nothing)."""
+"""Two records as ``realm.qa.evaluation.evaluate_qa`` writes them (the second retrieved nothing)."""
 
 
 def _files_under(path: Path) -> list[Path]:
@@ -334,7 +337,7 @@ def test_tensorboard_tracker_writes_logged_scalars_under_the_run_dir(tmp_path):
     from accelerate import Accelerator
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from realm.tracking import TrackingConfig, accelerator_kwargs, init_trackers
+    from realm.core.tracking import TrackingConfig, accelerator_kwargs, init_trackers
 
     cfg = TrackingConfig(report_to="tensorboard", project="realm-test")
     accelerator = Accelerator(**accelerator_kwargs(cfg, tmp_path))

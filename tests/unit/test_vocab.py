@@ -7,8 +7,8 @@ from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from realm.packing import SpecialIds
-from realm.vocab import VocabConfig, check_tokenizer, load_tokenizer, tokenizer_from_config, train_wordpiece
+from realm.data.packing import SpecialIds
+from realm.data.vocab import VocabConfig, check_tokenizer, load_tokenizer, tokenizer_from_config, train_wordpiece
 
 TEXTS = [
     "Ada Lovelace was an English mathematician and writer.",

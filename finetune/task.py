@@ -1,0 +1,45 @@
+"""The QA task of a fine-tuning or evaluation run: a question format and its files."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from realm.core.errors import DataFileError
+from realm.qa.datasets import load_task
+from realm.qa.datasets.common import LoadStats
+
+TASKS = ("nq", "wq", "ct", "squad", "jsonl")
+
+
+@dataclass(kw_only=True, slots=True)
+class TaskConfig:
+    """The questions: a task format and files (``hf:<split>`` reads nq_open / web_questions from the hub)."""
+
+    name: str = "nq"
+    """``nq``, ``wq``, ``ct`` (regex answers), ``squad`` or ``jsonl`` (generic, fields below)."""
+    train: str = ""
+    dev: str = ""
+    """Evaluated at the start, every ``finetune.eval_interval`` steps and at the end (optional)."""
+    question_field: str = "question"
+    """``jsonl`` only."""
+    answers_field: str = "answers"
+    """``jsonl`` only."""
+    regex: bool = False
+    """``jsonl`` only: the answers are regular expressions."""
+    skip_malformed: bool = False
+    """Skip (and count) malformed records instead of stopping at the first one."""
+    max_dev_questions: int = 0
+    """Evaluate on the first N dev questions (0: all)."""
+
+    def __post_init__(self) -> None:
+        if self.name not in TASKS:
+            raise ValueError(f"task.name must be one of {TASKS}, got {self.name!r}")
+
+    def load(self, path: str, limit: int = 0):
+        kw = {"skip_malformed": self.skip_malformed, "stats": LoadStats()}
+        if self.name == "jsonl":
+            kw.update(question_field=self.question_field, answers_field=self.answers_field, regex=self.regex)
+        examples = load_task(self.name, path, **kw)
+        if not examples:
+            raise DataFileError(f"{path}: no questions")
+        return examples[:limit] if limit else examples

@@ -1,0 +1,237 @@
+"""``realm finetune``: ORQA/REALM open-domain QA fine-tuning over a frozen document index.
+
+    realm finetune --config configs/finetune/demo.yaml --init.run=RUN --task.name=nq --task.train=PATH \
+        --task.dev=PATH --train.run_dir=OUT [--section.key=value ...]
+
+Each step: embed the questions with the live query tower, search the frozen index for the retriever beam, read the
+top ``reader.reader_beam`` blocks, and minimise the marginal retriever + reader loss (``realm.qa.loss``). The dev set
+is evaluated before training (the un-fine-tuned start), every ``eval_interval`` steps and at the end; predictions and
+metrics go to ``OUT/eval/dev-step-N/``. The model is published to ``OUT/model/`` (manifest last). Checkpoints in
+``OUT/checkpoints/`` let a stopped run resume exactly (``train.resume``), as every training job does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+from finetune.evaluate import write_evaluation
+from finetune.setup import MODEL_DIR, TOKENIZER_DIR, InitConfig, frozen_index, qa_context, starting_point
+from finetune.task import TaskConfig
+from realm.core.config import load_config, options_help, to_dict
+from realm.core.errors import ConfigError, run_command
+from realm.core.logging import init_logging, progress
+from realm.core.process_exit import exit_code_after_run
+from realm.core.tracking import TrackingConfig, init_trackers
+from realm.data.blocks import BlocksInput
+from realm.data.vocab import load_tokenizer
+from realm.index.mips import IndexConfig
+from realm.models.bert import ModelConfig
+from realm.models.reader import ReaderConfig
+from realm.models.retriever import RetrieverConfig
+from realm.qa.batch import QACollator, QuestionSet
+from realm.qa.evaluation import QAContext, evaluate_qa
+from realm.run import publication
+from realm.training.accelerator import build_accelerator
+from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
+from realm.training.optim import OptimConfig, build_optimizer
+from realm.training.sampler import StepBatchSampler
+
+logger = logging.getLogger(__name__)
+
+
+
+
+
+@dataclass(kw_only=True, slots=True)
+class FinetuneLoopConfig(LoopConfig):
+    run_dir: str = "runs/qa"
+    max_steps: int = 2000
+    batch_size: int = 16
+    """Questions per process per step."""
+
+
+@dataclass(kw_only=True, slots=True)
+class FinetuneTaskConfig:
+    """What fine-tuning does besides the loop: the retriever beam and the dev evaluations."""
+
+    retriever_beam: int = 100
+    """Blocks per question in the retriever's marginal loss (ORQA: 5000); also what top-k accuracy can see."""
+    eval_interval: int = 0
+    """Steps between dev evaluations (0: only at the start and the end)."""
+    eval_at_start: bool = True
+    eval_batch_size: int = 16
+
+    def __post_init__(self) -> None:
+        if self.retriever_beam <= 0 or self.eval_interval < 0 or self.eval_batch_size <= 0:
+            raise ValueError("retriever_beam and eval_batch_size must be positive, eval_interval >= 0")
+
+
+@dataclass(kw_only=True, slots=True)
+class FinetuneConfig:
+    train: FinetuneLoopConfig = field(default_factory=FinetuneLoopConfig)
+    finetune: FinetuneTaskConfig = field(default_factory=FinetuneTaskConfig)
+    task: TaskConfig = field(default_factory=TaskConfig)
+    init: InitConfig = field(default_factory=InitConfig)
+    data: BlocksInput = field(default_factory=BlocksInput)
+    """Tokenizer and blocks; required without ``init.run`` (default with ``init.bert``: the BERT's own tokenizer)."""
+    reader: ReaderConfig = field(default_factory=ReaderConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    """Shape of the networks when they start from scratch (neither ``init.run`` nor ``init.bert``)."""
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    """Embedder shape from scratch / from a BERT, and the block length the frozen index is embedded with."""
+    index: IndexConfig = field(default_factory=IndexConfig)
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5, warmup_steps=100))
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+
+
+class Finetuner:
+    def __init__(self, cfg: FinetuneConfig, accelerator: Accelerator | None = None) -> None:
+        self.cfg = cfg
+        self.accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir)
+        if not cfg.task.train:
+            raise ConfigError("task.train is required (a question file, or hf:<split>)")
+        self.out = start_job(cfg.train, self.accelerator, cfg)
+        # note: the question files are read first, so a bad path or record fails before any model or index work
+        train_examples = cfg.task.load(cfg.task.train)
+        dev_examples = cfg.task.load(cfg.task.dev, cfg.task.max_dev_questions) if cfg.task.dev else None
+        start = starting_point(cfg.init, cfg.data, cfg.model, cfg.retriever, cfg.reader)
+        self.tokenizer = load_tokenizer(start.tokenizer_path)
+        is_main = self.accelerator.is_main_process
+        if is_main:
+            self.tokenizer.save_pretrained(self.out / TOKENIZER_DIR)
+            start.tokenizer_path = str((self.out / TOKENIZER_DIR).resolve())
+            self.index = frozen_index(self.out, start, cfg.init, cfg.index)
+        self.accelerator.wait_for_everyone()
+        if not is_main:
+            self.index = frozen_index(self.out, start, cfg.init, cfg.index, build=False)
+        self.ctx: QAContext = qa_context(self.index, self.tokenizer, cfg.reader)
+        max_question_length = cfg.reader.max_question_length
+        self.train_set = QuestionSet(train_examples, self.tokenizer, max_question_length)
+        self.dev_set = QuestionSet(dev_examples, self.tokenizer, max_question_length) if dev_examples else None
+        logger.info(
+            "%d training questions, %d dev questions, %d blocks in the frozen index %s",
+            len(self.train_set),
+            len(self.dev_set) if self.dev_set else 0,
+            self.index.num_vectors,
+            self.index.path,
+        )
+        optimizer, scheduler = build_optimizer(start.model, cfg.optim, max(cfg.train.max_steps, 1))
+        model, optimizer = self.accelerator.prepare(start.model, optimizer)
+        self.model = model
+        self.loop = TrainingLoop(self.accelerator, cfg.train, cfg.optim, model, optimizer, scheduler, cfg)
+        self.evaluations: list[tuple[int, dict[str, float]]] = []
+        """(step, dev metrics) of each evaluation so far, on the main process."""
+        init_trackers(self.accelerator, cfg.tracking, self.out, to_dict(cfg), job_type="finetune")
+
+    @property
+    def unwrapped(self):
+        return self.accelerator.unwrap_model(self.model)
+
+    def loader(self, start_step: int) -> DataLoader:
+        acc, loop = self.accelerator, self.cfg.train
+        sampler = StepBatchSampler(len(self.train_set), loop.batch_size, loop.seed, start_step, acc.process_index,
+                                   acc.num_processes)  # fmt: skip
+        collate = QACollator(self.train_set, self.ctx.special, self.cfg.reader.max_question_length)
+        return DataLoader(self.train_set, batch_sampler=sampler, collate_fn=collate)
+
+    def evaluate(self, step: int) -> dict[str, float] | None:
+        """Dev metrics at ``step``; call on every process (each evaluates its shard), returned on the main one."""
+        if self.dev_set is None:
+            return None
+        metrics, records = evaluate_qa(
+            self.unwrapped,
+            self.dev_set,
+            self.ctx,
+            batch_size=self.cfg.finetune.eval_batch_size,
+            accelerator=self.accelerator,
+        )
+        if not self.accelerator.is_main_process:
+            return None
+        write_evaluation(self.out, f"dev-step-{step}", metrics, records, self.accelerator, step)
+        self.evaluations.append((step, metrics))
+        self.loop.metrics.log({f"eval/{k}": v for k, v in metrics.items()}, step)
+        logger.info("step %d dev: %s", step, {k: round(v, 4) for k, v in metrics.items()})
+        return metrics
+
+    def train(self) -> Path:
+        cfg, acc, loop = self.cfg, self.accelerator, self.loop
+        loop.resume()
+        if cfg.finetune.eval_at_start and loop.step == 0:
+            self.evaluate(0)
+        batches = iterate(self.loader(loop.step))
+        logger.info("fine-tuning on %d process(es) x batch %d = global batch %d (%s, mixed precision %s)",
+                    acc.num_processes, cfg.train.batch_size, acc.num_processes * cfg.train.batch_size,
+                    acc.distributed_type, acc.mixed_precision)  # fmt: skip
+        t0, first = time.perf_counter(), loop.step
+        bar = progress(cfg.train.last_step, "fine-tuning", unit="step", initial=loop.step, enabled=acc.is_main_process)
+        while not loop.done:
+            batch = next(batches).to(acc.device)
+            with torch.no_grad():
+                query = self.unwrapped.embed_queries(batch)
+            batch = self.ctx.attach(batch, query, self.train_set, cfg.finetune.retriever_beam).to(acc.device)
+            out = self.model(batch)
+            losses = out.loss(batch)
+            acc.backward(losses.loss)
+            blocks = batch.blocks
+            read = (blocks.span_correct & blocks.span_valid).flatten(1).any(1)
+            loop.window.add({
+                "loss": losses.loss, "retriever_loss": losses.retriever_loss, "reader_loss": losses.reader_loss,
+                "answer_in_beam": blocks.has_answer.any(1).float().mean(), "answer_in_read_blocks": read.float().mean(),
+            })  # fmt: skip
+            loop.optimizer_step()
+            bar.update(1)
+            if loop.log_due():
+                step_s = (time.perf_counter() - t0) / (loop.step - first)
+                logged, _ = loop.log_window("train", {"time/step_s": step_s})
+                logger.info("step %d loss %.4f (retriever %.4f, reader %.4f)", loop.step, logged["train/loss"],
+                            logged["train/retriever_loss"], logged["train/reader_loss"])  # fmt: skip
+            if loop.save_due():
+                loop.save()
+            if cfg.finetune.eval_interval and loop.step % cfg.finetune.eval_interval == 0 and loop.step != cfg.train.max_steps:
+                self.evaluate(loop.step)
+        bar.close()
+        final = self.out / MODEL_DIR
+        if loop.step >= cfg.train.max_steps:
+            final = self.save(cfg.train.max_steps)
+            if cfg.train.max_steps > 0 or not cfg.finetune.eval_at_start:
+                self.evaluate(cfg.train.max_steps)
+        loop.close()
+        acc.end_training()
+        return final
+
+    def save(self, step: int) -> Path:
+        """Publishes ``OUT/model`` (replacing an earlier one only once the new one is complete)."""
+        final = self.out / MODEL_DIR
+        if self.accelerator.is_main_process:
+            manifest = {"kind": "qa_model", "step": step, "task": self.cfg.task.name, "index": str(self.index.path.resolve()),
+                        "tokenizer": TOKENIZER_DIR, "reader": to_dict(self.cfg.reader)}  # fmt: skip
+            publication.replace_published(final, self.unwrapped.save_pretrained, manifest)
+        self.accelerator.wait_for_everyone()
+        return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="realm finetune", description=__doc__.splitlines()[0], epilog=options_help(FinetuneConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--config", default=None, help="YAML config (configs/finetune/*.yaml); --section.key=value overrides it")
+    args, overrides = parser.parse_known_args(argv)
+    init_logging()
+    cfg = load_config(FinetuneConfig, args.config, overrides)
+    tuner = Finetuner(cfg)
+    print(tuner.train())
+    return exit_code_after_run(tuner.accelerator.num_processes, 0)
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_command("realm finetune", main, sys.argv[1:]))

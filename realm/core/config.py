@@ -1,0 +1,223 @@
+"""Typed configuration: dataclasses are the schema, YAML is the record, dotted overrides are strict.
+
+Every component declares its own ``@dataclass(kw_only=True, slots=True)`` config next to it and validates it in
+``__post_init__``. This module only turns nested dicts (from YAML and ``--a.b=value`` overrides) into those
+dataclasses, rejecting unknown keys and mismatched types with a message that names the offending key path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+from realm.core.errors import ConfigError
+
+T = TypeVar("T")
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(value: Any, tp: Any, where: str) -> Any:
+    """Checks ``value`` against the annotation ``tp`` and converts it (dicts to dataclasses, ints to floats)."""
+    origin = typing.get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _coerce(value, arg, where)
+            except ConfigError as err:
+                errors.append(str(err))
+        raise ConfigError(f"{where}: {value!r} matches none of {tp}")
+    if origin is typing.Literal:
+        if value not in typing.get_args(tp):
+            raise ConfigError(f"{where}: {value!r} is not one of {list(typing.get_args(tp))}")
+        return value
+    if origin in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        item_tp, *_ = typing.get_args(tp) or (Any,)
+        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list else tuple(items)
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping, got {value!r}")
+        return dict(value)
+    if dataclasses.is_dataclass(tp):
+        if isinstance(value, tp):
+            return value
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a mapping for {_type_name(tp)}, got {value!r}")
+        return from_dict(tp, value, where)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+    return value
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
+    """Builds dataclass ``cls`` from a nested dict; unknown keys and wrong types raise ``ConfigError``."""
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        factory = fields[name].default_factory
+        if isinstance(value, dict) and factory is not dataclasses.MISSING and dataclasses.is_dataclass(hints[name]):
+            # note: a section given in part keeps the parent's defaults for the rest (e.g. fine-tuning's own optimizer
+            # defaults), not the section class's
+            value = merge(to_dict(factory()), value)
+        kwargs[name] = _coerce(value, hints[name], f"{where}.{name}")
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as err:
+        if isinstance(err, ConfigError):
+            raise
+        raise ConfigError(f"{where}: {err}") from err
+
+
+def to_dict(config: Any) -> dict[str, Any]:
+    """Plain nested dict of a config dataclass, suitable for YAML and experiment trackers."""
+    return dataclasses.asdict(config)
+
+
+def parse_overrides(args: list[str]) -> dict[str, Any]:
+    """Turns ``["--optim.lr=1e-4", "--index.refresh_interval", "50"]`` into a nested dict.
+
+    Values are parsed as YAML scalars (so ``1e-4`` is a float and ``true`` a bool); anything that is not a
+    ``--dotted.key=value`` pair is an error rather than being silently ignored.
+    """
+    nested: dict[str, Any] = {}
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        if not arg.startswith("--"):
+            raise ConfigError(f"override {arg!r}: expected --section.key=value")
+        key, sep, raw = arg[2:].partition("=")
+        if not sep:
+            if i + 1 >= len(args):
+                raise ConfigError(f"override {arg!r} has no value")
+            raw = args[i + 1]
+            i += 1
+        i += 1
+        value = _parse_scalar(raw)
+        node = nested
+        parts = key.replace("-", "_").split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {arg!r} conflicts with an earlier override")
+        node[parts[-1]] = value
+    return nested
+
+
+def _parse_scalar(raw: str) -> Any:
+    """A YAML scalar, except that ``2e-3`` is a float (YAML 1.1 would read it as a string)."""
+    if raw == "":
+        return ""
+    value = yaml.safe_load(raw)
+    if isinstance(value, str):
+        try:
+            return float(raw)
+        except ValueError:
+            return value
+    return value
+
+
+def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """Recursively merges ``update`` into a copy of ``base``."""
+    out = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+
+
+def resolve_config_path(path: str | Path) -> Path:
+    """``path`` as given, else relative to the project checkout (so ``configs/...`` works from any directory)."""
+    path = Path(path)
+    if path.is_file() or path.is_absolute():
+        return path
+    candidate = PROJECT_ROOT / path
+    return candidate if candidate.is_file() else path
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    path = resolve_config_path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: invalid YAML: {err}") from err
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    return data
+
+
+def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | dict | None = None) -> T:
+    """Loads ``cls`` from an optional YAML file plus dotted overrides; the file name is in every error."""
+    data = read_yaml(path) if path is not None else {}
+    if isinstance(overrides, list):
+        overrides = parse_overrides(overrides)
+    data = merge(data, overrides or {})
+    return from_dict(cls, data, where=str(path) if path else "config")
+
+
+def save_config(config: Any, path: str | Path) -> None:
+    """Writes the resolved config as YAML (atomically, so a reader never sees half a file)."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    tmp.replace(path)
+
+
+def options_help(cls: type) -> str:
+    """Every dotted override a config class accepts with its default, one per line (for a command's ``--help``)."""
+    lines = ["options: --section.key=value overrides the YAML config (defaults shown):"]
+
+    def walk(config: Any, prefix: str) -> None:
+        for f in dataclasses.fields(config):
+            value = getattr(config, f.name)
+            if dataclasses.is_dataclass(value):
+                walk(value, f"{prefix}{f.name}.")
+            else:
+                lines.append(f"  --{prefix}{f.name}={value!r}")
+
+    walk(cls(), "")
+    return "\n".join(lines)

@@ -1,0 +1,313 @@
+"""Blocks of the knowledge corpus: documents cut into wordpiece blocks, stored as an Arrow dataset.
+
+A block is embedded as ``[CLS] title [SEP] body [SEP]`` in at most ``max_block_length`` (288) wordpieces, so a
+document body is cut into pieces of at most ``max_block_length - 3 - len(title_ids)`` wordpieces, at sentence
+boundaries where possible. The row number of a block is the block id the index uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import shutil
+import tempfile
+import uuid
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+import datasets
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from realm.core.errors import DataFileError
+from realm.data.corpus import CorpusConfig, CorpusError, CorpusStats, Document, read_documents
+from realm.data.sentences import split_sentences
+
+logger = logging.getLogger(__name__)
+
+BLOCK_FEATURES = datasets.Features(
+    {
+        "uid": datasets.Value("string"),
+        "doc_id": datasets.Value("string"),
+        "title": datasets.Value("string"),
+        "text": datasets.Value("string"),
+        "title_ids": datasets.List(datasets.Value("int32")),
+        "body_ids": datasets.List(datasets.Value("int32")),
+    }
+)
+"""Columns of a block dataset; ``title_ids`` / ``body_ids`` are wordpieces without special tokens."""
+
+
+@dataclass(kw_only=True, slots=True)
+class BlocksInput:
+    """The ``data`` section of a job that reads the knowledge corpus: its vocabulary and its saved blocks."""
+
+    tokenizer: str = ""
+    """A tokenizer folder or hub name (``realm vocab`` writes one)."""
+    blocks: str = ""
+    """A saved blocks dataset (``realm blocks`` writes one)."""
+
+
+def cut_body(sentence_starts: list[int], word_starts: list[bool], room: int) -> list[tuple[int, int]]:
+    """Cuts a tokenized body into wordpiece ranges ``[start, end)`` of at most ``room`` pieces.
+
+    Whole sentences are packed greedily; a sentence longer than ``room`` is cut at the last word start that fits
+    (mid-word only when a single word is longer than ``room``), and its tail may share a block with what follows.
+
+    Args:
+        sentence_starts: Wordpiece index where each sentence starts, ascending, beginning with 0.
+        word_starts: For each wordpiece, whether it starts a word (cutting there keeps ``tokenize(text) == ids``).
+        room: Wordpieces available for the body of one block.
+    """
+    boundaries = [*sentence_starts, len(word_starts)]
+    blocks: list[tuple[int, int]] = []
+    start = 0
+    for end in boundaries[1:]:
+        while end - start > room:
+            # The sentence ending at `end` does not fit: close the block at the last sentence boundary that
+            # fits, or, when the block is a single over-long sentence, at the last word start that fits.
+            cut = boundaries[bisect_right(boundaries, start + room) - 1]
+            if cut <= start:
+                cut = next((j for j in range(start + room, start, -1) if word_starts[j]), start + room)
+            blocks.append((start, cut))
+            start = cut
+    if start < len(word_starts):
+        blocks.append((start, len(word_starts)))
+    return blocks
+
+
+def _blocks_of_batch(
+    docs: list[Document],
+    tokenizer: PreTrainedTokenizerBase,
+    max_block_length: int,
+    max_title_length: int,
+    stats: CorpusStats,
+) -> Iterator[dict[str, Any]]:
+    titles = tokenizer([d.title for d in docs], add_special_tokens=False, verbose=False)["input_ids"]
+    # verbose=False: bodies are longer than the model's max length by design, they are cut below.
+    bodies = tokenizer([d.text for d in docs], add_special_tokens=False, return_offsets_mapping=True, verbose=False)
+    for k, doc in enumerate(docs):
+        ids, offsets, word_ids = bodies["input_ids"][k], bodies["offset_mapping"][k], bodies.word_ids(k)
+        if not ids:
+            stats.num_empty += 1
+            continue
+        title_ids = titles[k][:max_title_length]
+        # A sentence starts at the first wordpiece at or after its first character (pieces never start on
+        # whitespace, and the sentences cover every other character).
+        piece_starts = [a for a, _ in offsets]
+        sentence_starts = {bisect_left(piece_starts, start) for start, _ in split_sentences(doc.text)}
+        sentence_starts = sorted(({0} | sentence_starts) - {len(ids)})
+        word_starts = [j == 0 or word_ids[j] != word_ids[j - 1] for j in range(len(ids))]
+        room = max_block_length - 3 - len(title_ids)
+        for start, end in cut_body(sentence_starts, word_starts, room):
+            text = doc.text[offsets[start][0] : offsets[end - 1][1]]
+            stats.num_blocks += 1
+            yield {
+                "uid": block_uid(doc.title, text),
+                "doc_id": doc.id,
+                "title": doc.title,
+                "text": text,
+                "title_ids": title_ids,
+                "body_ids": ids[start:end],
+            }
+        stats.num_documents += 1
+
+
+def _generate_blocks(
+    docs: Iterable[Document],
+    tokenizer: PreTrainedTokenizerBase,
+    max_block_length: int,
+    max_title_length: int,
+    batch_size: int,
+    stats: CorpusStats,
+) -> Iterator[dict[str, Any]]:
+    batch: list[Document] = []
+    for doc in docs:
+        if not doc.text.strip():
+            stats.num_empty += 1
+            continue
+        batch.append(doc)
+        if len(batch) == batch_size:
+            yield from _blocks_of_batch(batch, tokenizer, max_block_length, max_title_length, stats)
+            batch = []
+    if batch:
+        yield from _blocks_of_batch(batch, tokenizer, max_block_length, max_title_length, stats)
+
+
+def block_uid(title: str, body: str) -> str:
+    """The original REALM block uid: SHA-1 hex of ``"{title} <sep> {body}"``; queries carry their source's."""
+    return hashlib.sha1(f"{title} <sep> {body}".encode("utf-8")).hexdigest()
+
+
+def build_blocks(
+    docs: Iterable[Document],
+    tokenizer: PreTrainedTokenizerBase,
+    max_block_length: int,
+    *,
+    max_title_length: int = 32,
+    batch_size: int = 256,
+    cache_dir: str | Path | None = None,
+    stats: CorpusStats | None = None,
+) -> datasets.Dataset:
+    """Cuts documents into blocks that fit ``[CLS] title [SEP] body [SEP]`` in ``max_block_length`` wordpieces.
+
+    Every block satisfies ``len(title_ids) + len(body_ids) + 3 <= max_block_length``, with the title cut to
+    ``max_title_length`` wordpieces. Bodies break at sentence boundaries where possible and at word starts
+    otherwise (see ``cut_body``); ``text`` is the exact substring of the document the ``body_ids`` came from.
+    Rows are written to Arrow files as they are produced (``Dataset.from_generator``), so the corpus never has
+    to fit in memory; the row number is the block id the index uses, and the order is that of ``docs``.
+
+    Args:
+        docs: Documents, e.g. from ``read_documents``. Empty ones are skipped and counted.
+        tokenizer: A fast tokenizer (offsets and word ids are needed).
+        max_block_length: Wordpieces of an embedded block, specials included (288 in REALM).
+        max_title_length: Title wordpieces kept.
+        batch_size: Documents tokenized together.
+        cache_dir: Where the Arrow files go (default: the ``datasets`` cache).
+        stats: Updated in place with ``num_empty``, ``num_documents`` and ``num_blocks``.
+
+    Returns:
+        A dataset with the columns of ``BLOCK_FEATURES``: uid, doc_id, title, text (str) and title_ids,
+        body_ids (lists of int32 wordpieces without specials).
+    """
+    if max_title_length < 0 or max_block_length < max_title_length + 4:
+        raise ValueError(
+            f"max_block_length={max_block_length} leaves no body wordpiece with max_title_length={max_title_length}"
+        )
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("build_blocks needs a fast tokenizer (offset mappings)")
+    stats = stats if stats is not None else CorpusStats()
+    generate = functools.partial(
+        _generate_blocks, docs, tokenizer, max_block_length, max_title_length, batch_size, stats
+    )
+    try:
+        # note: a fresh fingerprint, because `docs` may be a one-shot iterator that cannot be hashed; a cache hit
+        # would also skip the generator and leave `stats` empty. functools.partial keeps datasets from sharding
+        # list-valued gen_kwargs.
+        blocks = datasets.Dataset.from_generator(
+            generate,
+            features=BLOCK_FEATURES,
+            cache_dir=None if cache_dir is None else str(cache_dir),
+            fingerprint=uuid.uuid4().hex,
+        )
+    except datasets.exceptions.DatasetGenerationError as err:
+        # Surface our own errors (bad line, missing file) rather than datasets' generic wrapper.
+        if isinstance(err.__cause__, (DataFileError, OSError)):
+            raise err.__cause__ from None
+        raise
+    log = logger.warning if stats.num_empty else logger.info
+    log(
+        "cut %d documents into %d blocks of at most %d wordpieces; skipped %d empty documents",
+        stats.num_documents,
+        stats.num_blocks,
+        max_block_length,
+        stats.num_empty,
+    )
+    return blocks
+
+
+def save_blocks(
+    blocks: datasets.Dataset, path: str | Path, *, stats: CorpusStats | None = None, overwrite: bool = False
+) -> Path:
+    """Saves blocks with ``save_to_disk`` into a staging folder renamed to ``path`` when complete.
+
+    ``stats`` (if given) is written next to the Arrow files as ``corpus_stats.json``. An existing ``path`` is an
+    error unless ``overwrite``.
+    """
+    path = Path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"blocks folder already exists: {path} (pass overwrite=True to replace it)")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    staging = path.with_name(f".{path.name}.tmp-{uuid.uuid4().hex[:8]}")
+    blocks.save_to_disk(str(staging))
+    if stats is not None:
+        (staging / "corpus_stats.json").write_text(json.dumps(stats.to_dict(), indent=2))
+    if path.exists():
+        shutil.rmtree(path)
+    staging.rename(path)
+    return path
+
+
+def load_blocks(path: str | Path) -> datasets.Dataset:
+    """Loads blocks saved by ``save_blocks`` (memory-mapped Arrow) and checks their columns."""
+    path = Path(path)
+    if not (path / "dataset_info.json").is_file():
+        raise FileNotFoundError(f"no saved blocks at {path} (build them with build_blocks_from_config)")
+    blocks = datasets.load_from_disk(str(path))
+    missing = [name for name in BLOCK_FEATURES if name not in blocks.column_names]
+    if not isinstance(blocks, datasets.Dataset) or missing:
+        raise CorpusError(f"{path}: not a block dataset (missing columns {missing})")
+    return blocks
+
+
+def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
+    """Reads the corpus ``cfg`` describes, cuts it into blocks and saves them to ``out_dir`` (replacing it).
+
+    The Arrow files are generated in a temporary folder beside ``out_dir``, so only the saved copy remains.
+    """
+    out_dir = Path(out_dir)
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    stats = CorpusStats()
+    with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.cache-", dir=out_dir.parent) as cache_dir:
+        blocks = build_blocks(
+            read_documents(cfg, stats),
+            tokenizer,
+            cfg.max_block_length,
+            max_title_length=cfg.max_title_length,
+            cache_dir=cache_dir,
+            stats=stats,
+        )
+        save_blocks(blocks, out_dir, stats=stats, overwrite=True)
+        del blocks
+    return out_dir
+
+
+def uid_hash(uid: str) -> int:
+    """A positive int64 key for a block uid (any string); 0 is reserved for "no source".
+
+    Comparing 8-byte keys instead of 40-character strings keeps a 13M-block corpus's uid table at ~100 MB.
+    """
+    if not uid:
+        return 0
+    digest = hashlib.blake2b(uid.encode("utf-8"), digest_size=8).digest()
+    return (int.from_bytes(digest, "little") & ((1 << 62) - 1)) or 1
+
+
+class BlockStore:
+    """Random access to block wordpieces by block id (row of the blocks dataset).
+
+    Small corpora are held in Python lists (a few MB for the demo); large ones are read from the memory-mapped Arrow
+    table on demand, so a 13M-block corpus costs only its uid-hash array (8 bytes a block) in RAM.
+    """
+
+    def __init__(self, blocks: datasets.Dataset, *, in_memory_limit: int = 200_000) -> None:
+        self.blocks = blocks
+        self.uid_hashes = np.fromiter((uid_hash(u) for u in blocks["uid"]), dtype=np.int64, count=len(blocks))
+        self._titles: list | None = None
+        self._bodies: list | None = None
+        if len(blocks) <= in_memory_limit:
+            self._titles = blocks["title_ids"]
+            self._bodies = blocks["body_ids"]
+        self._text_columns = blocks.select_columns(["title", "text"])
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def tokens(self, block_ids: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
+        """(title wordpieces, body wordpieces) of each block."""
+        ids = [int(i) for i in block_ids]
+        if self._titles is not None:
+            return [self._titles[i] for i in ids], [self._bodies[i] for i in ids]
+        rows = self.blocks[ids]
+        return rows["title_ids"], rows["body_ids"]
+
+    def texts(self, block_ids: Sequence[int]) -> tuple[list[str], list[str]]:
+        """(titles, body texts) of each block, read from the Arrow table (QA answer checks and predictions)."""
+        if len(block_ids) == 0:
+            return [], []
+        rows = self._text_columns[[int(i) for i in block_ids]]
+        return rows["title"], rows["text"]

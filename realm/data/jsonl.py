@@ -1,0 +1,50 @@
+"""Reading JSON-lines files: the one place that turns a bad line into an error naming ``file:line``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable, Iterator
+
+from realm.core.errors import DataFileError
+
+
+def iter_jsonl(path: str | Path, on_error: Callable[[str, str], None] | None = None) -> Iterator[tuple[str, dict]]:
+    """Yields ``("file:line", record)`` for every non-empty line holding a JSON object.
+
+    A malformed line raises ``DataFileError("file:line: reason")``, or, when ``on_error`` is given, is reported to
+    ``on_error(where, reason)`` and skipped (the caller counts it). A missing file raises ``FileNotFoundError``.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    with path.open(encoding="utf-8") as lines:
+        for line_number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}:{line_number}"
+            try:
+                record = json.loads(line)
+                reason = None if isinstance(record, dict) else f"expected a JSON object, got {type(record).__name__}"
+            except json.JSONDecodeError as err:
+                reason = f"invalid JSON ({err})"
+            if reason is None:
+                yield where, record
+            elif on_error is None:
+                raise DataFileError(f"{where}: {reason}")
+            else:
+                on_error(where, reason)
+
+
+def iter_field(paths: str | Path | list, field: str) -> Iterator[str]:
+    """The string ``field`` of every record of one or several jsonl files, in order.
+
+    Raises ``DataFileError`` naming ``file:line`` for a malformed line, a missing field or a non-string value.
+    """
+    for path in [paths] if isinstance(paths, (str, Path)) else paths:
+        for where, record in iter_jsonl(path):
+            if field not in record:
+                raise DataFileError(f"{where}: missing field {field!r} (it has {sorted(record)})")
+            if not isinstance(record[field], str):
+                raise DataFileError(f"{where}: field {field!r} is {type(record[field]).__name__}, not a string")
+            yield record[field]

@@ -1,0 +1,112 @@
+"""Assembling wordpiece sequences: the one place that knows REALM's input layouts.
+
+- document embedder:  ``[CLS] title [SEP] body [SEP]``
+- query embedder:     ``[CLS] query [SEP]``
+- knowledge-augmented encoder: ``[CLS] masked query [SEP] body [SEP]`` (the original drops the title here)
+
+Token ids arrive without special tokens; callers pass the special ids of their tokenizer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class SpecialIds:
+    """The special wordpieces a tokenizer uses."""
+
+    cls: int
+    sep: int
+    pad: int
+    mask: int
+
+    @classmethod
+    def of(cls, tokenizer) -> "SpecialIds":
+        return cls(
+            cls=tokenizer.cls_token_id,
+            sep=tokenizer.sep_token_id,
+            pad=tokenizer.pad_token_id,
+            mask=tokenizer.mask_token_id,
+        )
+
+
+def pack_pair(
+    first: Sequence[int], second: Sequence[int], special: SpecialIds, max_length: int
+) -> tuple[list[int], list[int]]:
+    """``[CLS] first [SEP] second [SEP]`` truncated to ``max_length``; returns (ids, token_type_ids).
+
+    ``first`` is never truncated (it holds the query and its masks, or a title); ``second`` is cut to fit.
+    """
+    room = max_length - len(first) - 3
+    if room < 0:
+        raise ValueError(f"first segment of {len(first)} wordpieces does not fit in max_length={max_length}")
+    ids = [special.cls, *first, special.sep, *list(second)[:room], special.sep]
+    types = [0] * (len(first) + 2) + [1] * (len(ids) - len(first) - 2)
+    return ids, types
+
+
+def pack_single(tokens: Sequence[int], special: SpecialIds, max_length: int) -> list[int]:
+    """``[CLS] tokens [SEP]`` truncated to ``max_length``."""
+    return [special.cls, *list(tokens)[: max_length - 2], special.sep]
+
+
+def reader_length(queries: Sequence[Sequence[int]], max_block_length: int) -> int:
+    """Room for ``[CLS] query [SEP] body [SEP]``: the longest query plus a whole block body (a block's
+    ``[CLS] title [SEP] body [SEP]`` holds at most ``max_block_length - 3`` body wordpieces), so no body is cut."""
+    return max((len(q) for q in queries), default=0) + max_block_length
+
+
+def pad(sequences: Sequence[Sequence[int]], pad_id: int, length: int | None = None) -> tuple[Tensor, Tensor]:
+    """Right-pads to the longest sequence (or ``length``); returns ([N, L] ids, [N, L] attention mask)."""
+    width = length if length is not None else max((len(s) for s in sequences), default=0)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, seq in enumerate(sequences):
+        n = min(len(seq), width)
+        ids[row, :n] = torch.as_tensor(list(seq)[:n], dtype=torch.long)
+        mask[row, :n] = 1
+    return ids, mask
+
+
+def pack_pairs(
+    firsts: Sequence[Sequence[int]], seconds: Sequence[Sequence[int]], special: SpecialIds, max_length: int
+) -> dict[str, Tensor]:
+    """``[CLS] first [SEP] second [SEP]`` for each pair (see ``pack_pair``), right-padded to the longest.
+
+    Returns:
+        dict with ``input_ids``, ``attention_mask`` and ``token_type_ids``, each [N, L].
+    """
+    packed = [pack_pair(f, s, special, max_length) for f, s in zip(firsts, seconds)]
+    ids, mask = pad([p[0] for p in packed], special.pad)
+    types, _ = pad([p[1] for p in packed], 0, ids.shape[1])
+    return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+
+
+def block_batch(
+    titles: Sequence[Sequence[int]], bodies: Sequence[Sequence[int]], special: SpecialIds, max_length: int
+) -> dict[str, Tensor]:
+    """Document-embedder inputs for blocks: dict with input_ids, attention_mask, token_type_ids, each [N, L]."""
+    # note: a title never takes more than half the block, so an overlong title cannot make a block unpackable
+    return pack_pairs([list(t)[: max_length // 2] for t in titles], bodies, special, max_length)
+
+
+def _to(value: Any, device: Any, non_blocking: bool) -> Any:
+    if isinstance(value, Tensor):
+        return value.to(device, non_blocking=non_blocking)
+    if dataclasses.is_dataclass(value):
+        return value.to(device, non_blocking=non_blocking)
+    return value
+
+
+class Movable:
+    """``.to(device)`` for a dataclass of tensors, so ``accelerate.utils.send_to_device`` can move it."""
+
+    def to(self, device: Any, non_blocking: bool = False):
+        changes = {f.name: _to(getattr(self, f.name), device, non_blocking) for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **changes)

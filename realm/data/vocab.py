@@ -1,0 +1,145 @@
+"""Vocabularies: load a pretrained BERT tokenizer, or train a small WordPiece one for runs built from scratch.
+
+Everything downstream (block building, sentence preparation, collators) needs a *fast* tokenizer: character offsets
+are what keep block texts, salient spans and gold answers consistent with the wordpiece ids.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable
+
+from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
+from tokenizers.models import WordPiece
+from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerBase
+
+from realm.core.errors import InputError, MissingFileError
+
+logger = logging.getLogger(__name__)
+
+SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+"""BERT's special tokens, in the order that gives [PAD] id 0 (padding masks and embeddings assume it)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class VocabConfig:
+    """Which tokenizer a run uses: a pretrained one by name or path, or one trained on the corpus."""
+
+    tokenizer: str | None = None
+    """Hub name or local folder of a pretrained tokenizer; None trains a WordPiece vocabulary on the corpus."""
+    vocab_size: int = 8000
+    """Size of the trained WordPiece vocabulary, special tokens included (ignored with ``tokenizer``)."""
+    lowercase: bool = True
+    """Lower-case and strip accents before WordPiece, as uncased BERT (ignored with ``tokenizer``)."""
+    min_frequency: int = 2
+    """Minimum count for a merge to enter the trained vocabulary (ignored with ``tokenizer``)."""
+
+    def __post_init__(self) -> None:
+        if self.tokenizer is not None and not self.tokenizer.strip():
+            raise ValueError("tokenizer must be a non-empty name or path, or null to train one")
+        if self.vocab_size <= len(SPECIAL_TOKENS):
+            raise ValueError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {self.vocab_size}")
+        if self.min_frequency < 1:
+            raise ValueError(f"min_frequency must be >= 1, got {self.min_frequency}")
+
+
+def train_wordpiece(
+    texts: Iterable[str],
+    vocab_size: int,
+    out_dir: str | Path,
+    lowercase: bool = True,
+    min_frequency: int = 2,
+) -> BertTokenizerFast:
+    """Trains a BERT WordPiece vocabulary and saves it so ``AutoTokenizer.from_pretrained(out_dir)`` reloads it.
+
+    The normalizer and pre-tokenizer are BERT's (``BertNormalizer`` / ``BertPreTokenizer``), so the trained
+    tokenizer splits text exactly as the one it is wrapped in; special tokens take ids 0-4
+    (``[PAD]``, ``[UNK]``, ``[CLS]``, ``[SEP]``, ``[MASK]``).
+
+    Args:
+        texts: Training text; iterated once, so a generator over a large corpus is fine.
+        vocab_size: Target vocabulary size, special tokens included (the result may be smaller on little text).
+        out_dir: Folder the tokenizer is saved to (created if needed).
+        lowercase: Uncased vocabulary (lower-case and strip accents), as ``bert-base-uncased``.
+        min_frequency: Minimum pair count for a merge.
+
+    Returns:
+        The trained tokenizer, a fast ``BertTokenizer``.
+    """
+    if vocab_size <= len(SPECIAL_TOKENS):
+        raise ValueError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
+    model = Tokenizer(WordPiece(unk_token="[UNK]"))
+    model.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=lowercase)
+    model.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    trainer = trainers.WordPieceTrainer(
+        vocab_size=vocab_size,
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        continuing_subword_prefix="##",
+        show_progress=False,
+    )
+    model.train_from_iterator(texts, trainer=trainer)
+    vocab = model.get_vocab()
+    for index, token in enumerate(SPECIAL_TOKENS):
+        if vocab.get(token) != index:
+            raise RuntimeError(f"WordPiece trainer put {token} at id {vocab.get(token)}, expected {index}")
+    # note: BertTokenizer rebuilds BERT's normalizer, pre-tokenizer, decoder and [CLS]/[SEP] template from the
+    # vocabulary, so the saved tokenizer.json and tokenizer_config.json are those of a stock BERT tokenizer.
+    # model_max_length matches BertConfig's default max_position_embeddings.
+    tokenizer = BertTokenizerFast(vocab=vocab, do_lower_case=lowercase, model_max_length=512)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer.save_pretrained(str(out_dir))
+    logger.info("trained a WordPiece vocabulary of %d entries (lowercase=%s) into %s", len(vocab), lowercase, out_dir)
+    return tokenizer
+
+
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str = "tokenizer") -> None:
+    """Raises ``ValueError`` unless ``tokenizer`` is fast and has [CLS], [SEP], [PAD] and [MASK] tokens."""
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError(f"{name}: a fast tokenizer is required (offset mappings align texts and wordpieces)")
+    missing = [role for role in ("cls", "sep", "pad", "mask") if getattr(tokenizer, f"{role}_token_id", None) is None]
+    if missing:
+        raise ValueError(f"{name}: tokenizer has no {', '.join(missing)} token(s); REALM's input layouts need them")
+
+
+def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
+    """Loads a pretrained fast tokenizer from a local folder or (when online) a hub name.
+
+    Raises:
+        FileNotFoundError: ``name_or_path`` looks like a local path but does not exist.
+        OSError: Nothing could be loaded under that name (offline, or no such model).
+        ValueError: The tokenizer is not fast or lacks one of the special tokens.
+    """
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    looks_local = path.is_absolute() or name.startswith((".", "~")) or path.exists()
+    if looks_local and not path.is_dir():
+        raise MissingFileError(f"tokenizer folder not found: {path}")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(path) if looks_local else name)
+    except (OSError, ValueError) as err:
+        raise InputError(
+            f"could not load a tokenizer from {name!r} (a local folder, or a hub name when online): {err}"
+        ) from err
+    check_tokenizer(tokenizer, name)
+    return tokenizer
+
+
+def tokenizer_from_config(
+    cfg: VocabConfig, out_dir: str | Path, texts: Iterable[str] | None = None
+) -> PreTrainedTokenizerBase:
+    """The run's tokenizer: ``cfg.tokenizer`` if set, else a WordPiece vocabulary trained on ``texts``.
+
+    A vocabulary already saved in ``out_dir`` is reused rather than retrained, so restarts keep their ids.
+    """
+    if cfg.tokenizer is not None:
+        return load_tokenizer(cfg.tokenizer)
+    out_dir = Path(out_dir)
+    if (out_dir / "tokenizer.json").is_file():
+        return load_tokenizer(out_dir)
+    if texts is None:
+        raise ValueError("VocabConfig.tokenizer is null, so texts are needed to train a vocabulary")
+    return train_wordpiece(texts, cfg.vocab_size, out_dir, lowercase=cfg.lowercase, min_frequency=cfg.min_frequency)

@@ -1,0 +1,200 @@
+"""One index build: retriever export -> embeddings -> FAISS index -> published ``index/v-*`` -> CURRENT.
+
+Everything is written under ``index/.staging-<uuid>/`` and only becomes visible through ``run_dir.publish_folder``
+(manifest last, then a rename) and the atomic CURRENT flip, so a build killed at any point leaves the live index as it
+was. Layout and manifest fields belong to ``realm.run.publication``; this module only produces the files.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import datasets
+import numpy as np
+import torch
+from transformers import AutoTokenizer
+
+from realm.data.packing import SpecialIds
+from realm.index import versions
+from realm.index.budget import plan_index
+from realm.index.embedding import embed_blocks
+from realm.index.gpu import num_gpus
+from realm.index.mips import FaissIndex, IndexConfig
+from realm.models.retriever import Embedder, Retriever
+from realm.run import layout, publication
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""Weight and activation dtype of the document embedder while it embeds the corpus (``IndexBuilderConfig.precision``)."""
+
+
+def check_precision(precision: str, name: str = "precision", allow_empty: bool = False) -> None:
+    """Raises ``ValueError`` unless ``precision`` is a key of ``PRECISIONS`` (or empty, where that is allowed)."""
+    if precision in PRECISIONS or (allow_empty and not precision):
+        return
+    choices = f"{'empty or ' if allow_empty else ''}one of {sorted(PRECISIONS)}"
+    raise ValueError(f"{name} must be {choices}, got {precision!r}")
+
+
+def load_doc_embedder(export_path: Path, device: str, precision: str = "fp32") -> Embedder:
+    """The export's document embedder on ``device``, its weights cast to ``precision`` for inference."""
+    # note: casting the weights (rather than autocasting an fp32 model) is what half-precision inference wants: no
+    # per-op casts, half the weight traffic. The index only chooses candidates; the trainer re-scores them live.
+    check_precision(precision)
+    return Retriever.from_pretrained(export_path).doc_embedder.to(device=device, dtype=PRECISIONS[precision])
+
+
+def blocks_fingerprint(blocks: datasets.Dataset) -> str:
+    """``run_dir.corpus_fingerprint`` of the ordered ``uid`` column, streamed in chunks (13M uids stay off-heap)."""
+    uids = blocks.select_columns(["uid"]).with_format("arrow")
+    return versions.corpus_fingerprint(uid for table in uids.iter(batch_size=1 << 16) for uid in table.column(0).to_pylist())
+
+
+def publish_embeddings(
+    run_dir: str | Path,
+    staging: Path,
+    *,
+    step: int,
+    weights_sha256: str,
+    corpus_fingerprint: str,
+    cfg: IndexConfig,
+    started: float,
+    extra: dict | None = None,
+) -> Path:
+    """Given ``staging/embeddings.npy`` ([N, D] float32, row i = block i), builds the FAISS index and block ids and
+    publishes the folder as ``index/v-{step:08d}``. CURRENT is not touched.
+
+    The factory is ``cfg.factory``, or under ``cfg.memory_budget_gb`` the one ``plan_index`` picks; the plan (with
+    its expected size) is logged and recorded in the manifest.
+    """
+    embeddings = np.load(staging / versions.EMBEDDINGS_FILE, mmap_mode="r")
+    plan = plan_index(embeddings.shape[0], embeddings.shape[1], cfg, num_gpus())
+    logger.info("%s", plan.describe())
+    FaissIndex.build(embeddings, dataclasses.replace(cfg, factory=plan.factory)).save(staging / versions.FAISS_FILE)
+    np.save(staging / versions.BLOCK_IDS_FILE, np.arange(len(embeddings), dtype=np.int64))
+    del embeddings
+    return versions.publish_index_version(
+        run_dir,
+        staging,
+        step=step,
+        weights_sha256=weights_sha256,
+        corpus_fingerprint=corpus_fingerprint,
+        factory=plan.factory,
+        started=started,
+        extra={**plan.manifest_fields(), **(extra or {})},
+    )
+
+
+def activate(run_dir: str | Path, version: Path, keep_versions: int) -> None:
+    """Flips CURRENT to ``version``, then prunes old versions (never the live one)."""
+    versions.set_current_index(run_dir, version)
+    for removed in publication.prune(layout.index_dir(run_dir), layout.INDEX_PREFIX, keep_versions):
+        logger.info("pruned index version %s", removed.name)
+
+
+def activate_if_built(run_dir: str | Path, export_step: int, export: dict, keep_versions: int) -> Path | None:
+    """Activates ``index/v-{export_step}`` when it is already published from the export's weights (a builder that
+    died between the rename and the CURRENT flip) and returns it; otherwise removes any version of that step built
+    from other weights (a re-export after a resume) and returns None."""
+    final = layout.index_dir(run_dir) / publication.folder_name(layout.INDEX_PREFIX, export_step)
+    existing = publication.read_manifest(final)
+    if existing is not None and existing.get("weights_sha256") == export["weights_sha256"]:
+        logger.info("index version %s already built; activating it", final.name)
+        activate(run_dir, final, keep_versions)
+        return final
+    if final.exists():
+        publication.remove_folder(final)
+    return None
+
+
+def remove_older_exports(run_dir: str | Path, export_step: int) -> None:
+    """Exports older than the live index can never be built again (the builder always takes the newest)."""
+    for step, path in publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX):
+        if step < export_step:
+            try:
+                publication.remove_folder(path)
+            except OSError as err:
+                logger.warning("could not remove old retriever export %s: %s", path, err)
+
+
+def publish_new_version(
+    run_dir: str | Path,
+    export_step: int,
+    export: dict,
+    blocks: datasets.Dataset,
+    cfg: IndexConfig,
+    keep_versions: int,
+    started: float,
+    write_embeddings: Callable[[Path], dict],
+) -> Path:
+    """The end of every build: ``write_embeddings(path)`` fills a staging ``embeddings.npy`` (and returns extra
+    manifest fields); it is indexed, published as ``index/v-{export_step}``, made CURRENT, and exports older than it
+    are removed. Any failure (or a stop) removes the staging folder and leaves CURRENT as it was."""
+    staging = publication.new_staging(layout.index_dir(run_dir))
+    try:
+        extra = write_embeddings(staging / versions.EMBEDDINGS_FILE)
+        version = publish_embeddings(
+            run_dir,
+            staging,
+            step=export_step,
+            weights_sha256=export["weights_sha256"],
+            corpus_fingerprint=blocks_fingerprint(blocks),
+            cfg=cfg,
+            started=started,
+            extra={"blocks": export["blocks"], "max_block_length": export["max_block_length"], **extra},
+        )
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    activate(run_dir, version, keep_versions)
+    remove_older_exports(run_dir, export_step)
+    return version
+
+
+def build_index_version(
+    run_dir: str | Path,
+    export_step: int,
+    export_path: Path,
+    cfg: IndexConfig,
+    *,
+    batch_size: int = 64,
+    keep_versions: int = 3,
+    device: str = "cpu",
+    precision: str = "fp32",
+    should_stop: Callable[[], bool] | None = None,
+) -> Path:
+    """Builds, publishes and activates the index for the retriever export at ``export_path``; returns the version.
+
+    If ``index/v-{export_step}`` is already published from the same weights (a builder that died between the rename
+    and the CURRENT flip), it is activated as is. ``should_stop`` is polled between batches; a stop or any error
+    removes the staging folder and leaves CURRENT untouched.
+    """
+    started = time.time()
+    export = publication.read_manifest(export_path)
+    if export is None:
+        raise FileNotFoundError(f"{export_path} is not a published retriever export")
+    built = activate_if_built(run_dir, export_step, export, keep_versions)
+    if built is not None:
+        return built
+
+    embedder = load_doc_embedder(export_path, device, precision)
+    blocks = datasets.load_from_disk(export["blocks"])
+    special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
+
+    def embed(path: Path) -> dict:
+        out = np.lib.format.open_memmap(
+            path, mode="w+", dtype=np.float32, shape=(len(blocks), embedder.projection.out_features)
+        )
+        embed_blocks(
+            embedder, blocks, special, export["max_block_length"], batch_size, out, device, should_stop=should_stop
+        )
+        out.flush()
+        return {"embed_precision": precision}
+
+    return publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, embed)

@@ -1,0 +1,105 @@
+"""Re-embedding the knowledge corpus with the document embedder, straight into a preallocated array.
+
+Blocks are embedded in order of length so each batch pads little, and every batch is written into its own rows of
+``out`` (typically a ``np.memmap``): nothing is concatenated, so peak memory stays one batch plus the model even at
+REALM's 13M blocks. A subset of rows (one rank's shard) can be embedded into a shard-sized ``out``.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Callable
+
+import datasets
+import numpy as np
+import pyarrow.compute as pc
+import torch
+
+from realm.core.logging import progress
+from realm.data.packing import SpecialIds, block_batch
+from realm.models.retriever import Embedder
+
+logger = logging.getLogger(__name__)
+
+_LENGTH_BATCH = 1 << 16
+_LOG_INTERVAL_S = 30.0
+
+
+class BuildCancelled(RuntimeError):
+    """Raised between batches when the builder was asked to stop (SIGTERM); the caller discards its staging."""
+
+
+def block_lengths(blocks: datasets.Dataset, max_block_length: int) -> np.ndarray:
+    """[N] int64 packed length of every block, ``[CLS] title [SEP] body [SEP]`` capped at ``max_block_length``.
+
+    Computed from the Arrow list lengths in chunks, without materialising the token lists in Python.
+    """
+    lengths = np.empty(len(blocks), dtype=np.int64)
+    columns = blocks.select_columns(["title_ids", "body_ids"]).with_format("arrow")
+    start = 0
+    for table in columns.iter(batch_size=_LENGTH_BATCH):
+        title = pc.list_value_length(table.column("title_ids")).to_numpy(zero_copy_only=False)
+        body = pc.list_value_length(table.column("body_ids")).to_numpy(zero_copy_only=False)
+        lengths[start : start + len(title)] = title + body + 3
+        start += len(title)
+    return np.minimum(lengths, max_block_length)
+
+
+def embed_blocks(
+    embedder: Embedder,
+    blocks: datasets.Dataset,
+    special: SpecialIds,
+    max_block_length: int,
+    batch_size: int,
+    out: np.ndarray,
+    device: torch.device | str | None = None,
+    *,
+    rows: np.ndarray | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> None:
+    """Writes the document embedding of block ``rows[i]`` into ``out[i]``.
+
+    Args:
+        embedder: the document embedder; run in eval mode under ``torch.inference_mode`` (its mode is restored).
+        blocks: dataset with ``title_ids`` and ``body_ids`` columns; row number = block id.
+        special: special wordpiece ids of the tokenizer the blocks were tokenized with.
+        max_block_length: wordpieces per packed block, specials included.
+        batch_size: blocks per forward pass.
+        out: [len(rows), embed_dim] float32 array (e.g. a memmap); written in place.
+        device: where inputs go; defaults to the embedder's device (the model is never moved here).
+        rows: [M] block ids to embed (a shard); defaults to all blocks, so ``out[i]`` is block ``i``.
+        should_stop: polled between batches; when it returns True, ``BuildCancelled`` is raised.
+    """
+    rows = np.arange(len(blocks), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
+    embed_dim = embedder.projection.out_features
+    if out.shape != (len(rows), embed_dim):
+        raise ValueError(f"out has shape {out.shape}, expected {(len(rows), embed_dim)}")
+    if batch_size <= 0:
+        raise ValueError(f"batch_size must be positive, got {batch_size}")
+    device = torch.device(device) if device is not None else next(embedder.parameters()).device
+    # note: stable sort of shard positions by length; lengths of all blocks are cheap (Arrow metadata only).
+    order = np.argsort(block_lengths(blocks, max_block_length)[rows], kind="stable")
+    columns = blocks.select_columns(["title_ids", "body_ids"])
+    was_training = embedder.training
+    embedder.eval()
+    started = last_log = time.monotonic()
+    bar = progress(len(order), "embedding blocks", unit="block")
+    try:
+        with torch.inference_mode():
+            for first in range(0, len(order), batch_size):
+                if should_stop is not None and should_stop():
+                    raise BuildCancelled(f"stopped after {first} of {len(order)} blocks")
+                positions = order[first : first + batch_size]
+                batch = columns[rows[positions]]
+                inputs = block_batch(batch["title_ids"], batch["body_ids"], special, max_block_length)
+                emb = embedder(**{name: t.to(device) for name, t in inputs.items()})  # [B, D]
+                out[positions] = emb.float().cpu().numpy()
+                bar.update(len(positions))
+                if time.monotonic() - last_log > _LOG_INTERVAL_S:
+                    done, last_log = first + len(positions), time.monotonic()
+                    rate = done / (last_log - started)
+                    logger.info("embedded %d/%d blocks (%.0f blocks/s)", done, len(order), rate)
+    finally:
+        bar.close()
+        embedder.train(was_training)

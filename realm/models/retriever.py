@@ -1,0 +1,184 @@
+"""Query and document embedders: BERT [CLS] -> linear projection, scored by inner product (MIPS).
+
+REALM's relevance is f(x, z) = Embed_input(x) . Embed_doc(z). The original shares one BERT between the two towers
+(``share_embedders=True``); keeping it a switch lets ORQA-style separate towers be compared.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import BertConfig, BertModel, BertPreTrainedModel
+
+SCORES = ("inner_product", "cosine")
+RETRIEVER_SHAPE_DEFAULTS = {"embed_dim": 128, "pooling": "cls", "score": "inner_product", "score_scale": 1.0}
+"""What an embedder's saved config records of its ``RetrieverConfig`` (with the value an older save implies)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class RetrieverConfig:
+    """Shape of the retriever and how many candidates it hands to the encoder."""
+
+    embed_dim: int = 128
+    """Size of the projected embedding used for MIPS (128 in REALM)."""
+    share_embedders: bool = True
+    """One BERT for queries and documents, as the original REALM; False gives ORQA-style separate towers."""
+    max_query_length: int = 96
+    """Wordpieces of a query, [CLS]/[SEP] included (96 in REALM)."""
+    max_block_length: int = 288
+    """Wordpieces of an embedded block ``[CLS] title [SEP] body [SEP]`` (288 in REALM)."""
+    num_candidates: int = 8
+    """Slots per query handed to the encoder: the null document in slot 0 plus ``num_candidates - 1`` retrieved."""
+    num_extra_retrieved: int = 4
+    """Over-retrieval so the slots stay full after the source-document filter drops trivial candidates."""
+    pooling: str = "cls"
+    """``cls`` (REALM: the [CLS] vector) or ``mean`` (masked mean over wordpieces) before the projection."""
+    score: str = "inner_product"
+    """``inner_product`` (REALM: raw MIPS) or ``cosine``: embeddings are L2-normalised, so MIPS over them (the index
+    included) ranks by cosine and f(x, z) is bounded, whatever the model's size."""
+    score_scale: float = 1.0
+    """Multiplies f(x, z) wherever it enters a softmax (p(z|x), ICT's in-batch softmax, QA's retriever logits): an
+    inverse temperature. With ``cosine``, 10 bounds the logits to [-10, 10]: p(z|x) cannot be one-hot before the
+    encoder reads, whereas raw inner products after ICT reach 4-80 and put every reader gradient in one slot."""
+
+    def __post_init__(self) -> None:
+        if self.embed_dim <= 0:
+            raise ValueError(f"embed_dim must be positive, got {self.embed_dim}")
+        if self.num_candidates < 2:
+            raise ValueError(f"num_candidates must be >= 2 (null document + one retrieved), got {self.num_candidates}")
+        if self.num_extra_retrieved < 0:
+            raise ValueError(f"num_extra_retrieved must be >= 0, got {self.num_extra_retrieved}")
+        if self.pooling not in ("cls", "mean"):
+            raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.score not in SCORES:
+            raise ValueError(f"score must be one of {SCORES}, got {self.score!r}")
+        if self.score_scale <= 0:
+            raise ValueError(f"score_scale must be positive, got {self.score_scale}")
+        if self.max_query_length < 4 or self.max_block_length < 4:
+            raise ValueError("max_query_length and max_block_length must be at least 4 wordpieces")
+
+    @property
+    def num_retrieved(self) -> int:
+        """Real documents per query (the null document takes the remaining slot)."""
+        return self.num_candidates - 1
+
+
+class Embedder(BertPreTrainedModel):
+    """BERT whose [CLS] (or mean) vector is projected to ``config.embed_dim`` (and L2-normalised for the ``cosine``
+    score); ``save_pretrained`` writes safetensors. The config carries pooling, score and scale, so the weights and
+    the way their scores are read travel together (builder, fine-tuning, inspection)."""
+
+    def __init__(self, config: BertConfig) -> None:
+        super().__init__(config)
+        self.bert = BertModel(config, add_pooling_layer=False)
+        self.projection = nn.Linear(config.hidden_size, getattr(config, "embed_dim", 128))
+        self.post_init()
+
+    def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        """[N, L] wordpieces -> [N, embed_dim] embeddings."""
+        hidden = self.bert(
+            input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+        ).last_hidden_state
+        if getattr(self.config, "pooling", "cls") == "mean":
+            weights = attention_mask.unsqueeze(-1).to(hidden.dtype)
+            embedding = self.projection((hidden * weights).sum(1) / weights.sum(1).clamp_min(1.0))
+        else:
+            embedding = self.projection(hidden[:, 0])
+        if getattr(self.config, "score", "inner_product") == "cosine":
+            embedding = F.normalize(embedding, dim=-1)
+        return embedding
+
+    @property
+    def score_scale(self) -> float:
+        """The inverse temperature of this embedder's scores (``RetrieverConfig.score_scale``)."""
+        return float(getattr(self.config, "score_scale", 1.0))
+
+
+def embedder_config(bert_config: BertConfig, cfg: RetrieverConfig) -> BertConfig:
+    """A copy of ``bert_config`` that records the projection size, pooling and score, so ``from_pretrained``
+    rebuilds the same embedder."""
+    config = BertConfig.from_dict(bert_config.to_dict())
+    for name in RETRIEVER_SHAPE_DEFAULTS:
+        setattr(config, name, getattr(cfg, name))
+    return config
+
+
+class Retriever(nn.Module):
+    """The two embedding towers; ``doc_embedder is query_embedder`` when the embedders are shared."""
+
+    def __init__(self, query_embedder: Embedder, doc_embedder: Embedder | None = None) -> None:
+        super().__init__()
+        self.query_embedder = query_embedder
+        # note: a shared document tower is not registered a second time, so state dicts, optimizers and DDP see
+        # each parameter under exactly one name.
+        self.separate_doc_embedder = doc_embedder
+
+    @property
+    def doc_embedder(self) -> Embedder:
+        return self.separate_doc_embedder if self.separate_doc_embedder is not None else self.query_embedder
+
+    @property
+    def shared(self) -> bool:
+        return self.separate_doc_embedder is None
+
+    @classmethod
+    def from_config(cls, bert_config: BertConfig, cfg: RetrieverConfig) -> "Retriever":
+        config = embedder_config(bert_config, cfg)
+        query = Embedder(config)
+        return cls(query, None if cfg.share_embedders else Embedder(config))
+
+    @classmethod
+    def from_bert(cls, name_or_path: str, cfg: RetrieverConfig) -> "Retriever":
+        """Initialises both towers from a pretrained BERT (the projection starts random)."""
+        bert_config = BertConfig.from_pretrained(name_or_path)
+        config = embedder_config(bert_config, cfg)
+        query = Embedder.from_pretrained(name_or_path, config=config)
+        doc = None if cfg.share_embedders else Embedder.from_pretrained(name_or_path, config=config)
+        return cls(query, doc)
+
+    def forward(
+        self,
+        query_input_ids: Tensor,
+        query_attention_mask: Tensor,
+        doc_input_ids: Tensor,
+        doc_attention_mask: Tensor,
+        doc_token_type_ids: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor]:
+        """([Nq, D] query embeddings, [Nd, D] document embeddings); one call so DDP sees one forward."""
+        return self.embed_queries(query_input_ids, query_attention_mask), self.embed_docs(
+            doc_input_ids, doc_attention_mask, doc_token_type_ids
+        )
+
+    def embed_queries(self, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+        return self.query_embedder(input_ids, attention_mask)
+
+    def embed_docs(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
+        return self.doc_embedder(input_ids, attention_mask, token_type_ids)
+
+    def save_pretrained(self, path: str | Path) -> None:
+        """Writes ``query/`` and ``doc/`` (the builder only needs ``doc/``) plus ``retriever.json``."""
+        path = Path(path)
+        self.query_embedder.save_pretrained(path / "query")
+        self.doc_embedder.save_pretrained(path / "doc")
+        (path / "retriever.json").write_text(json.dumps({"share_embedders": self.shared}))
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> "Retriever":
+        path = Path(path)
+        meta_file = path / "retriever.json"
+        if not meta_file.is_file():
+            raise FileNotFoundError(f"{path} is not a saved retriever (no retriever.json)")
+        shared = json.loads(meta_file.read_text())["share_embedders"]
+        query = Embedder.from_pretrained(path / "query")
+        return cls(query, None if shared else Embedder.from_pretrained(path / "doc"))
+
+
+def retrieval_scores(query_emb: Tensor, doc_emb: Tensor, scale: float = 1.0) -> Tensor:
+    """Relevance logits ``scale * f(x, z)``: [B, D] queries x [B, K, D] candidates -> [B, K] (scaled inner products
+    of the embeddings, which the ``cosine`` score has already normalised)."""
+    return scale * torch.einsum("bd,bkd->bk", query_emb, doc_emb)

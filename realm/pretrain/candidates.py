@@ -1,0 +1,96 @@
+"""From query embeddings to the K candidate slots: MIPS top-k, trivial-retrieval filter, null document.
+
+The index only *chooses* candidates; their relevance scores are recomputed with the live document embedder in the
+model's forward so gradients reach it (DESIGN.md section 1).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from realm.data.blocks import BlockStore
+from realm.data.packing import SpecialIds, block_batch, pack_pairs, reader_length
+from realm.index.mips import DocumentIndex
+from realm.models.retriever import RetrieverConfig
+from realm.pretrain.batch import Candidates, RealmBatch
+
+
+def select_candidates(
+    block_ids: Tensor, source_uid_hashes: Tensor, uid_hashes: np.ndarray, num_retrieved: int
+) -> Tensor:
+    """Drops trivial retrievals (the query's own source block) and keeps the best ``num_retrieved``.
+
+    Args:
+        block_ids: [B, k'] retrieved ids, best first (k' > num_retrieved when over-retrieving); -1 is no result.
+        source_uid_hashes: [B] hash of each query's source block uid (0 = none).
+        uid_hashes: [N] uid hash of every block.
+
+    Returns:
+        [B, num_retrieved] block ids; -1 pads a row that ran out of candidates.
+    """
+    ids = block_ids.cpu().numpy()
+    valid = ids >= 0
+    hashes = np.where(valid, uid_hashes[np.clip(ids, 0, None)], 0)
+    keep = valid & (hashes != source_uid_hashes.cpu().numpy()[:, None])
+    out = np.full((ids.shape[0], num_retrieved), -1, dtype=np.int64)
+    for row in range(ids.shape[0]):
+        chosen = ids[row][keep[row]][:num_retrieved]
+        out[row, : len(chosen)] = chosen
+    return torch.from_numpy(out)
+
+
+def build_candidates(
+    batch: RealmBatch, retrieved: Tensor, store: BlockStore, special: SpecialIds, max_block_length: int
+) -> Candidates:
+    """Packs the null document plus ``retrieved`` ([B, K-1] block ids) into embedder and reader inputs."""
+    bsz, num_retrieved = retrieved.shape
+    flat = retrieved.reshape(-1).tolist()
+    present = [i for i in flat if i >= 0]
+    titles_p, bodies_p = store.tokens(present)
+    lookup = dict(zip(present, zip(titles_p, bodies_p)))
+    titles = [lookup[i][0] if i >= 0 else [] for i in flat]
+    bodies = [lookup[i][1] if i >= 0 else [] for i in flat]
+    docs = block_batch(titles, bodies, special, max_block_length)
+
+    queries = batch.query_tokens()
+    k = num_retrieved + 1
+    # slot 0 of every query reads the null document (an empty body)
+    slot_bodies = [body for b in range(bsz) for body in [[], *bodies[b * num_retrieved : (b + 1) * num_retrieved]]]
+    reader = pack_pairs(
+        [q for q in queries for _ in range(k)], slot_bodies, special, reader_length(queries, max_block_length)
+    )
+    null_ids = torch.tensor([[special.cls, special.sep, special.sep]], dtype=torch.long)
+    block_ids = torch.cat([torch.full((bsz, 1), -1, dtype=torch.long), retrieved], dim=1)
+    slot_mask = torch.cat([torch.ones(bsz, 1, dtype=torch.bool), retrieved >= 0], dim=1)
+    return Candidates(
+        block_ids=block_ids,
+        slot_mask=slot_mask,
+        doc_input_ids=docs["input_ids"].view(bsz, num_retrieved, -1),
+        doc_attention_mask=docs["attention_mask"].view(bsz, num_retrieved, -1),
+        doc_token_type_ids=docs["token_type_ids"].view(bsz, num_retrieved, -1),
+        null_input_ids=null_ids,
+        reader_input_ids=reader["input_ids"].view(bsz, k, -1),
+        reader_attention_mask=reader["attention_mask"].view(bsz, k, -1),
+        reader_token_type_ids=reader["token_type_ids"].view(bsz, k, -1),
+    )
+
+
+@torch.no_grad()
+def retrieve(
+    query_embeddings: Tensor,
+    batch: RealmBatch,
+    index: DocumentIndex,
+    store: BlockStore,
+    special: SpecialIds,
+    cfg: RetrieverConfig,
+) -> RealmBatch:
+    """Searches ``index`` with [B, D] query embeddings and returns ``batch`` with its K candidate slots attached.
+
+    Over-retrieves ``cfg.num_extra_retrieved`` blocks so the slots stay full after the trivial-retrieval filter.
+    """
+    _, ids = index.search(query_embeddings.detach().float().cpu(), cfg.num_retrieved + cfg.num_extra_retrieved)
+    chosen = select_candidates(ids, batch.source_uid_hashes, store.uid_hashes, cfg.num_retrieved)
+    batch.candidates = build_candidates(batch, chosen, store, special, cfg.max_block_length)
+    return batch

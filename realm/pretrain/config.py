@@ -1,0 +1,70 @@
+"""The pre-training configuration: a root that only composes each component's own config."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from realm.core.tracking import TrackingConfig
+from realm.models.bert import ModelConfig
+from realm.models.retriever import RetrieverConfig
+from realm.pretrain.data import DataConfig
+from realm.pretrain.loss import LOSSES
+from realm.pretrain.refresh import RefreshConfig
+from realm.training.loop import LoopConfig
+from realm.training.optim import OptimConfig
+
+
+@dataclass(kw_only=True, slots=True)
+class TrainConfig(LoopConfig):
+    """The pre-training loop: the scaffold's fields (``realm.training.loop``) and what only REALM has."""
+
+    run_dir: str = "runs/realm"
+    """The run directory shared with the index builder (DESIGN.md section 2)."""
+    max_steps: int = 200_000
+    batch_size: int = 32
+    """Queries per process per micro-batch; the global batch is ``batch_size x processes x grad_accum_steps`` (the
+    paper's is 512). The number of processes comes from the launcher (``launch/accelerate/*.yaml``)."""
+    grad_accum_steps: int = 1
+    """Micro-batches per process per optimizer step (gradients are accumulated without synchronising until the last)."""
+    loss: str = "per_token"
+    """Marginalisation: ``per_token`` (REALM), ``per_span``, or ``closed_book`` (ablation: no retrieval)."""
+    log_interval: int = 10
+    eval_interval: int = 0
+    """Steps between held-out evaluations on the live index (0: only at the end)."""
+    init_retriever: str = ""
+    """Warm start of both embedders (e.g. the ``retriever`` folder written by ``realm ict``); weights only."""
+    init_encoder: str = ""
+    """Warm start of the knowledge-augmented encoder from a ``BertForMaskedLM`` folder or name; weights only."""
+
+    def __post_init__(self) -> None:
+        LoopConfig.__post_init__(self)
+        if self.max_steps <= 0 or self.grad_accum_steps <= 0:
+            raise ValueError("max_steps and grad_accum_steps must be positive")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {self.loss!r}")
+        if self.eval_interval < 0:
+            raise ValueError(f"eval_interval must be >= 0, got {self.eval_interval}")
+        explicit_resume = self.resume not in ("auto", "never")
+        if explicit_resume and (self.init_retriever or self.init_encoder):
+            raise ValueError("resume from a checkpoint and init_* warm starts cannot both be set")
+
+
+@dataclass(kw_only=True, slots=True)
+class EvalConfig:
+    """Held-out masked-fact evaluation."""
+
+    max_examples: int = 1000
+    """Evaluate on at most this many held-out sentences (the first ones in the file)."""
+    batch_size: int = 32
+
+
+@dataclass(kw_only=True, slots=True)
+class PretrainConfig:
+    train: TrainConfig = field(default_factory=TrainConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    refresh: RefreshConfig = field(default_factory=RefreshConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)

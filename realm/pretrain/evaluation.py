@@ -1,0 +1,155 @@
+"""Held-out masked-fact evaluation: with retrieval, closed book (null document only), and gold-article recall.
+
+A held-out sentence has its gold fact span masked; the model must fill it in. ``span_accuracy`` counts a sentence
+as correct only when every masked wordpiece is predicted exactly; ``token_accuracy`` is the per-wordpiece rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Sequence
+
+import datasets
+import numpy as np
+import torch
+
+from realm.core.errors import DataFileError
+from realm.core.logging import progress
+from realm.data.blocks import BlockStore, uid_hash
+from realm.data.jsonl import iter_field
+from realm.data.packing import SpecialIds
+from realm.index.embedding import embed_blocks
+from realm.index.mips import BruteForceIndex, DocumentIndex
+from realm.models.retriever import Embedder, RetrieverConfig
+from realm.pretrain.batch import PretrainCollator, RealmBatch
+from realm.pretrain.candidates import retrieve
+from realm.pretrain.model import RealmModel
+
+
+@dataclass
+class HeldoutMetrics:
+    num_examples: int
+    span_accuracy: float
+    token_accuracy: float
+    closed_book_span_accuracy: float
+    closed_book_token_accuracy: float
+    gold_recall_at_1: float | None
+    gold_recall_at_k: float | None
+    k: int
+
+    def as_dict(self, prefix: str = "eval/") -> dict[str, float]:
+        return {f"{prefix}{k}": v for k, v in vars(self).items() if v is not None}
+
+
+def heldout_batches(
+    rows: datasets.Dataset, special: SpecialIds, max_query_length: int, batch_size: int
+) -> Iterator[RealmBatch]:
+    """Held-out rows in file order with their gold span masked."""
+    collator = PretrainCollator(special, max_query_length, "gold", seed=0)
+    for start in range(0, len(rows), batch_size):
+        chunk = rows[start : start + batch_size]
+        examples = [
+            {"input_ids": ids, "gold_span": gold, "idx": start + i, "source_uid_hash": uid_hash(src or "")}
+            for i, (ids, gold, src) in enumerate(
+                zip(chunk["input_ids"], chunk["gold_span"], chunk.get("source_uid", [""] * len(chunk["input_ids"])))
+            )
+        ]
+        yield collator(examples)
+
+
+def embed_corpus(
+    embedder: Embedder, blocks: datasets.Dataset, special: SpecialIds, max_block_length: int, batch_size: int = 128
+) -> torch.Tensor:
+    """[N, D] embeddings of every block, in-process (evaluation and inspection; the builder does it at scale)."""
+    out = np.empty((len(blocks), embedder.projection.out_features), dtype=np.float32)
+    embed_blocks(embedder, blocks, special, max_block_length, batch_size, out)
+    return torch.from_numpy(out)
+
+
+def gold_block_ids(store: BlockStore, titles: Sequence[str]) -> list[set[int]]:
+    """For each gold title, the ids of the blocks that carry that title (its article)."""
+    by_title: dict[str, set[int]] = {}
+    for block_id, title in enumerate(store.blocks["title"]):
+        by_title.setdefault(title, set()).add(block_id)
+    return [by_title.get(t, set()) for t in titles]
+
+
+def _correct(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> tuple[int, int]:
+    """(whole spans right, wordpieces right) for [B, M] predictions."""
+    span = ((pred == target) | ~mask).all(dim=1).sum().item()
+    return span, ((pred == target) & mask).sum().item()
+
+
+@torch.inference_mode()
+def evaluate_heldout(
+    model: RealmModel,
+    rows: datasets.Dataset,
+    store: BlockStore,
+    special: SpecialIds,
+    cfg: RetrieverConfig,
+    *,
+    index: DocumentIndex | None = None,
+    batch_size: int = 32,
+    max_examples: int | None = None,
+    gold_titles: Sequence[str] | None = None,
+) -> HeldoutMetrics:
+    """Evaluates ``model`` on held-out rows (prepared sentences with ``gold_span``).
+
+    Without ``index`` the corpus is embedded with the model's current document embedder and searched exactly, so
+    the figures measure the model itself rather than a stale index.
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    if index is None:
+        index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, special, cfg.max_block_length))
+    if max_examples is not None:
+        rows = rows.select(range(min(max_examples, len(rows))))
+        gold_titles = list(gold_titles)[: len(rows)] if gold_titles is not None else None
+    gold = gold_block_ids(store, gold_titles) if gold_titles is not None else None
+    span_ok = tok_ok = cb_span_ok = cb_tok_ok = num_tokens = num = hit1 = hitk = 0
+    bar = progress(len(rows), "evaluating", unit="query")
+    for batch in heldout_batches(rows, special, cfg.max_query_length, batch_size):
+        bar.update(batch.size)
+        batch = batch.to(device)
+        batch = retrieve(
+            model.embed_queries(batch),
+            batch,
+            index,
+            store,
+            special,
+            cfg,
+        ).to(device)
+        out = model(batch)
+        mask = batch.target_mask.bool()
+        span, tok = _correct(out.predictions, batch.target_ids, mask)
+        cb_span, cb_tok = _correct(out.closed_book_predictions, batch.target_ids, mask)
+        span_ok, tok_ok, cb_span_ok, cb_tok_ok = span_ok + span, tok_ok + tok, cb_span_ok + cb_span, cb_tok_ok + cb_tok
+        num_tokens += mask.sum().item()
+        if gold is not None:
+            retrieved = batch.candidates.block_ids[:, 1:].cpu().numpy()
+            for row, ex_id in zip(retrieved, batch.example_ids.tolist()):
+                hit1 += int(row[0] in gold[ex_id])
+                hitk += int(any(b in gold[ex_id] for b in row))
+        num += batch.size
+    bar.close()
+    model.train(was_training)
+    num_tokens = max(num_tokens, 1)
+    return HeldoutMetrics(
+        num_examples=num,
+        span_accuracy=span_ok / max(num, 1),
+        token_accuracy=tok_ok / num_tokens,
+        closed_book_span_accuracy=cb_span_ok / max(num, 1),
+        closed_book_token_accuracy=cb_tok_ok / num_tokens,
+        gold_recall_at_1=hit1 / max(num, 1) if gold is not None else None,
+        gold_recall_at_k=hitk / max(num, 1) if gold is not None else None,
+        k=cfg.num_retrieved,
+    )
+
+
+def gold_titles(path: str, field: str = "entity") -> list[str] | None:
+    """The gold article title of each held-out sentence (the ``entity`` field of the world's jsonl), if present."""
+    try:
+        return list(iter_field(path, field))
+    except DataFileError:
+        return None

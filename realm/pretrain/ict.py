@@ -1,0 +1,74 @@
+"""Inverse Cloze Task (ORQA): a sentence is the query, its block (usually without it) the positive.
+
+Without this warm start the retriever starts random, the encoder learns to ignore the documents, and retrieval never
+gets a learning signal (REALM's cold-start problem).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from realm.data.masking import example_rng
+from realm.data.packing import SpecialIds, block_batch, pack_single, pad
+from realm.pretrain.loss import upcast
+
+
+def ict_loss(
+    query_emb: Tensor, block_emb: Tensor, label_offset: int = 0, scale: float = 1.0
+) -> tuple[Tensor, Tensor]:
+    """In-batch softmax: query i's positive is block ``label_offset + i``, every other block is a negative.
+
+    Args:
+        query_emb: [B, D] local queries.
+        block_emb: [G, D] blocks of the batch (G = B), or of the global batch gathered from all processes.
+        label_offset: where this process's blocks start in ``block_emb``.
+        scale: the retriever's inverse temperature (``RetrieverConfig.score_scale``), as in pre-training.
+
+    Returns:
+        (scalar cross-entropy loss, scalar accuracy of the in-batch argmax).
+    """
+    scores = scale * (upcast(query_emb) @ upcast(block_emb).T)  # [B, G]
+    labels = torch.arange(scores.shape[0], device=scores.device) + label_offset
+    return F.cross_entropy(scores, labels), (scores.argmax(-1) == labels).float().mean().detach()
+
+
+@dataclass
+class ICTBatch:
+    query_input_ids: Tensor
+    query_attention_mask: Tensor
+    block_input_ids: Tensor
+    block_attention_mask: Tensor
+    block_token_type_ids: Tensor
+
+    def to(self, device, non_blocking: bool = False) -> "ICTBatch":
+        return ICTBatch(*(t.to(device, non_blocking=non_blocking) for t in vars(self).values()))
+
+
+class ICTCollator:
+    """Examples are dicts with ``title_ids``, ``sentence_ids`` (list of wordpiece lists, >= 2 sentences), ``idx``,
+    ``epoch``. The query sentence is removed from its block with probability ``remove_prob`` (0.9 in ORQA)."""
+
+    def __init__(
+        self, special: SpecialIds, max_query_length: int, max_block_length: int, remove_prob: float, seed: int
+    ) -> None:
+        self.special, self.seed, self.remove_prob = special, seed, remove_prob
+        self.max_query_length, self.max_block_length = max_query_length, max_block_length
+
+    def __call__(self, examples: Sequence[dict]) -> ICTBatch:
+        queries, titles, contexts = [], [], []
+        for ex in examples:
+            rng = example_rng(self.seed, int(ex.get("epoch", 0)), int(ex["idx"]))
+            sentences = ex["sentence_ids"]
+            chosen = rng.randrange(len(sentences))
+            keep = rng.random() >= self.remove_prob
+            queries.append(pack_single(sentences[chosen], self.special, self.max_query_length))
+            titles.append(ex["title_ids"])
+            contexts.append([t for i, s in enumerate(sentences) if keep or i != chosen for t in s])
+        q_ids, q_mask = pad(queries, self.special.pad)
+        blocks = block_batch(titles, contexts, self.special, self.max_block_length)
+        return ICTBatch(q_ids, q_mask, blocks["input_ids"], blocks["attention_mask"], blocks["token_type_ids"])

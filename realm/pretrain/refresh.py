@@ -1,0 +1,104 @@
+"""When the trainer exports retriever weights for the builder, how stale an index it tolerates, and how it starts
+its child builder (one process, or N under ``torch.distributed.run``)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from realm.index.build import check_precision
+
+
+@dataclass(kw_only=True, slots=True)
+class RefreshConfig:
+    """Trainer-side index refresh: exports, staleness bound, and the optional child builder."""
+
+    refresh_interval: int = 500
+    """Steps between retriever exports (REALM refreshes about every 500 steps)."""
+    refresh_schedule: str = ""
+    """Optional piecewise schedule overriding ``refresh_interval``, e.g. ``"0-1000:100,1000-:1000"``."""
+    max_staleness: int = 1500
+    """The trainer pauses only when its index is older than this many steps and a newer one is on its way."""
+    poll_interval_s: float = 0.5
+    """How often the background watcher looks for a newly published index."""
+    spawn_builder: bool = False
+    """Start ``index_builder.build`` as a child process (single-machine use); otherwise one runs separately."""
+    builder_config: str = "configs/index/default.yaml"
+    """Config file of the child builder."""
+    builder_num_threads: int = 1
+    """Intra-op threads of each child-builder process, so it does not starve the trainer of cores."""
+    builder_num_processes: int = 1
+    """Processes of the child builder; above 1 it runs under ``torch.distributed.run --standalone`` with
+    ``--enable_distributed=true`` (one corpus shard per process, rank 0 publishes)."""
+    builder_devices: str | int = ""
+    """``CUDA_VISIBLE_DEVICES`` of the child builder, e.g. "7" or "6,7" (physical ids; the builder then runs with
+    ``--device=cuda``); empty: inherit the trainer's and keep the builder config's device. (An int is accepted
+    because ``--refresh.builder_devices=7`` parses as one; it is stored as a string.)"""
+    builder_precision: str = ""
+    """Embedding precision of the child builder ("fp32", "bf16", "fp16"); empty: the builder config's. On GPUs
+    bf16 roughly doubles the refresh rate (``index_builder.build.IndexBuilderConfig.precision``)."""
+    initial_index_timeout_s: float = 600.0
+    """How long to wait for the first index before giving up with an error."""
+
+    def __post_init__(self) -> None:
+        if self.refresh_interval <= 0:
+            raise ValueError(f"refresh_interval must be positive, got {self.refresh_interval}")
+        if self.max_staleness < 0:
+            raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
+        check_precision(self.builder_precision, "builder_precision", allow_empty=True)
+        if self.builder_num_processes < 1:
+            raise ValueError(f"builder_num_processes must be >= 1, got {self.builder_num_processes}")
+        self.builder_devices = str(self.builder_devices).replace(" ", "")
+        devices = self.builder_devices.split(",") if self.builder_devices else []
+        if any(not d for d in devices):
+            raise ValueError(f"builder_devices must be comma-separated GPU ids, got {self.builder_devices!r}")
+        if devices and self.builder_num_processes > len(devices):
+            raise ValueError(
+                f"builder_num_processes={self.builder_num_processes} needs as many builder_devices "
+                f"(each process takes one GPU), got {self.builder_devices!r}"
+            )
+        RefreshSchedule.parse(self.refresh_schedule or f"0-:{self.refresh_interval}")
+
+    def schedule(self) -> "RefreshSchedule":
+        return RefreshSchedule.parse(self.refresh_schedule or f"0-:{self.refresh_interval}")
+
+
+
+
+
+
+
+
+_PIECE = re.compile(r"^\s*(\d+)\s*-\s*(\d*)\s*:\s*(\d+)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class RefreshSchedule:
+    """Piecewise-constant export interval: ``[(start, end or None, interval), ...]`` sorted by start."""
+
+    pieces: tuple[tuple[int, int | None, int], ...]
+
+    @classmethod
+    def parse(cls, spec: str) -> "RefreshSchedule":
+        pieces = []
+        for part in spec.split(","):
+            match = _PIECE.match(part)
+            if not match:
+                raise ValueError(f"refresh schedule piece {part!r} is not 'START-[END]:INTERVAL' (in {spec!r})")
+            start, end, interval = int(match[1]), int(match[2]) if match[2] else None, int(match[3])
+            if interval <= 0 or (end is not None and end <= start):
+                raise ValueError(f"refresh schedule piece {part!r} needs END > START and INTERVAL > 0")
+            pieces.append((start, end, interval))
+        pieces.sort()
+        for (s0, e0, _), (s1, _, _) in zip(pieces, pieces[1:]):
+            if e0 is None or e0 > s1:
+                raise ValueError(f"refresh schedule {spec!r} has overlapping pieces")
+        return cls(tuple(pieces))
+
+    def is_due(self, step: int) -> bool:
+        """True when the weights after ``step`` optimizer steps should be exported."""
+        for start, end, interval in self.pieces:
+            if step >= start and (end is None or step < end):
+                # step 0 is the initial export, made at start-up rather than on schedule
+                return step > 0 and (step - start) % interval == 0
+        return False

@@ -1,0 +1,163 @@
+"""What each sampled query retrieved during pre-training, as rows: W&B tables and ``RUN/retrievals.jsonl``."""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+
+from realm.core.tracking import log_wandb_table
+
+TABLE_KEY = "inspect/retrievals"
+"""W&B key of the retrieval table."""
+RETRIEVALS_FILE = "retrievals.jsonl"
+"""Rows of every retrieval table, one json object a line, under the run directory (the HTML report reads it)."""
+
+
+SNIPPET_CHARS = 120
+NULL_TITLE = "(null document)"
+
+
+EMPTY_TITLE = "(empty)"
+
+
+def normalize_answer_text(text: str) -> str:
+    """Lower-cased, accents stripped, words and punctuation separated by single spaces, so decoded wordpieces
+    (``u . s .``) and raw block text (``U.S.``) compare equal."""
+    text = unicodedata.normalize("NFKD", text.lower())
+    text = "".join(c for c in text if not unicodedata.combining(c))
+    return " ".join(re.findall(r"\w+|[^\w\s]", text))
+
+
+def contains_answer(text: str, answer: str) -> bool:
+    """Whether ``answer`` occurs in ``text`` on word boundaries (after ``normalize_answer_text``)."""
+    answer = normalize_answer_text(answer)
+    return bool(answer) and f" {answer} " in f" {normalize_answer_text(text)} "
+
+
+def _decode(tokenizer: Any, ids: list[int]) -> str:
+    return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False).strip()
+
+
+@torch.no_grad()
+def retrieval_rows(
+    batch: Any,
+    output: Any,
+    store: Any,
+    tokenizer: Any,
+    *,
+    index_version: int,
+    staleness: int,
+    step: int,
+    max_rows: int,
+) -> list[dict[str, Any]]:
+    """One row per query (the first ``max_rows`` of ``batch``) describing what was retrieved and how it was used.
+
+    Args:
+        batch: A ``RealmBatch`` with candidates; ``output``: the model's ``RealmOutput`` for it.
+        store: A ``BlockStore`` (titles and texts from its ``.blocks`` dataset).
+
+    Returns:
+        Rows with ``step``, ``index_version``, ``staleness``, ``example_id``, ``query`` ([MASK] kept), ``gold``,
+        ``prediction``, ``closed_book``, ``correct`` and ``slots``: one dict per slot (0 = null document) with
+        ``block_id``, ``title``, ``snippet``, ``p_z`` (p(z|x)), ``p_y`` (p(gold span|z,x), the product over its
+        wordpieces) and ``has_gold`` (the block's text contains the gold span). The only device syncs of the
+        inspection path happen here.
+    """
+    cand = batch.candidates
+    if cand is None:
+        raise ValueError("batch has no candidates: retrieval_rows needs the batch the model was run on")
+    n = min(max_rows, batch.query_input_ids.shape[0])
+    # one transfer per tensor
+    query_ids = batch.query_input_ids[:n].cpu().tolist()
+    query_mask = batch.query_attention_mask[:n].cpu().tolist()
+    target_mask = batch.target_mask[:n].cpu().bool()
+    targets = batch.target_ids[:n].cpu()
+    predictions = output.predictions[:n].cpu()
+    closed_book = output.closed_book_predictions[:n].cpu()
+    p_z = torch.softmax(output.retrieval_logits[:n].detach().float(), dim=-1).cpu()
+    log_p_y = (output.token_log_probs[:n].detach().float() * batch.target_mask[:n, None, :].float()).sum(-1).cpu()
+    block_ids = cand.block_ids[:n].cpu().tolist()
+    slot_mask = cand.slot_mask[:n].cpu().tolist()
+    example_ids = batch.example_ids[:n].cpu().tolist()
+
+    present = sorted({i for row in block_ids for i in row if i >= 0})
+    texts = {}
+    if present:
+        columns = store.blocks[present]
+        texts = {i: (t, x) for i, t, x in zip(present, columns["title"], columns["text"])}
+    drop = set(tokenizer.all_special_ids) - {tokenizer.mask_token_id}
+
+    rows = []
+    for b in range(n):
+        query = [t for t, m in zip(query_ids[b], query_mask[b]) if m and t not in drop]
+        tmask = target_mask[b]
+        gold = _decode(tokenizer, targets[b][tmask].tolist())
+        prediction = _decode(tokenizer, predictions[b][tmask].tolist())
+        slots = []
+        for k, block in enumerate(block_ids[b]):
+            if k == 0:
+                title, text = NULL_TITLE, ""
+            elif block < 0 or not slot_mask[b][k]:
+                title, text = EMPTY_TITLE, ""
+            else:
+                title, text = texts[block]
+            slots.append(
+                {
+                    "block_id": int(block),
+                    "title": title,
+                    "snippet": text[:SNIPPET_CHARS],
+                    "p_z": float(p_z[b, k]),
+                    "p_y": float(torch.exp(log_p_y[b, k])),
+                    "has_gold": k > 0 and block >= 0 and contains_answer(text, gold),
+                }
+            )
+        rows.append(
+            {
+                "step": int(step),
+                "index_version": int(index_version),
+                "staleness": int(staleness),
+                "example_id": int(example_ids[b]),
+                "query": _decode(tokenizer, query),
+                "gold": gold,
+                "prediction": prediction,
+                "closed_book": _decode(tokenizer, closed_book[b][tmask].tolist()),
+                "correct": bool(torch.equal(predictions[b][tmask], targets[b][tmask])),
+                "slots": slots,
+            }
+        )
+    return rows
+
+
+def flatten_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row with its slots spread into ``slot{k}_title``, ``slot{k}_snippet``, ``slot{k}_p_z``, ``slot{k}_p_y``,
+    ``slot{k}_has_gold`` columns (for a table)."""
+    flat = {key: value for key, value in row.items() if key != "slots"}
+    for k, slot in enumerate(row.get("slots", [])):
+        for field in ("title", "snippet", "p_z", "p_y", "has_gold"):
+            flat[f"slot{k}_{field}"] = slot[field]
+    return flat
+
+
+def _table(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+    flat = [flatten_row(r) for r in rows]
+    columns: list[str] = []
+    for f in flat:
+        columns.extend(c for c in f if c not in columns)
+    return columns, [[f.get(c) for c in columns] for f in flat]
+
+
+def log_retrieval_table(accelerator: Any, rows: list[Mapping[str, Any]], step: int, run_dir: str | Path) -> None:
+    """Appends ``rows`` to ``RUN/retrievals.jsonl`` and, when a W&B tracker is active, logs them as a
+    ``wandb.Table`` under ``inspect/retrievals`` at ``step``. Main process only (others return)."""
+    if not rows or not accelerator.is_main_process:
+        return
+    path = Path(run_dir) / RETRIEVALS_FILE
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a", encoding="utf-8") as f:
+        f.write("".join(json.dumps(dict(r)) + "\n" for r in rows))
+    log_wandb_table(accelerator, TABLE_KEY, _table(list(rows)), step)

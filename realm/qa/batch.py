@@ -1,0 +1,165 @@
+"""Batches for open-domain QA: tokenised questions, then the retrieved blocks with reader inputs and span labels.
+
+As in pre-training, the collator only packs questions; ``attach_blocks`` runs once the query embedder has searched
+the frozen index. It fills, for the retriever beam (R blocks), the frozen document embeddings and whether each block
+contains an answer (DPR ``has_answer`` on the block text), and for the top K blocks (the reader beam) the packed
+``[CLS] question [SEP] body [SEP]`` inputs with their candidate and correct spans.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import Tensor
+from torch.utils.data import Dataset
+
+from realm.data.blocks import BlockStore
+from realm.data.packing import Movable, SpecialIds, pack_pair, pack_single, pad
+from realm.index.mips import DocumentIndex
+from realm.models.reader import ReaderConfig
+from realm.qa.datasets import QAExample
+from realm.qa.metrics import has_answer
+from realm.qa.spans import Wordpieces, candidate_span_mask, correct_span_mask
+
+logger = logging.getLogger(__name__)
+
+
+class QuestionSet(Dataset):
+    """Questions with their wordpieces (and plain answers' wordpieces), tokenised once; items are row numbers."""
+
+    def __init__(self, examples: Sequence[QAExample], tokenizer, max_question_length: int) -> None:
+        self.examples = list(examples)
+        questions = tokenizer([e.question for e in self.examples], add_special_tokens=False)["input_ids"]
+        self.question_ids = [ids[: max_question_length - 2] for ids in questions]
+        truncated = sum(len(ids) > max_question_length - 2 for ids in questions)
+        if truncated:
+            logger.warning("%d of %d questions are longer than %d wordpieces and were truncated",
+                           truncated, len(questions), max_question_length - 2)  # fmt: skip
+        plain = [a for e in self.examples if not e.answers_are_regex for a in e.answers]
+        encoded = iter(tokenizer(plain, add_special_tokens=False)["input_ids"] if plain else [])
+        self.answer_ids = [[] if e.answers_are_regex else [next(encoded) for _ in e.answers] for e in self.examples]
+
+    def __len__(self) -> int:
+        return len(self.examples)
+
+    def __getitem__(self, key: int | tuple[int, int]) -> int:
+        return int(key[1] if isinstance(key, tuple) else key)  # StepBatchSampler yields (epoch, row)
+
+    def span_answers(self, row: int) -> list:
+        """What ``correct_span_mask`` takes for this question: answer wordpieces, or the patterns for regexes."""
+        example = self.examples[row]
+        return list(example.answers) if example.answers_are_regex else self.answer_ids[row]
+
+
+@dataclass
+class RetrievedBlocks(Movable):
+    """Shapes: B questions, R retrieved blocks (retriever beam), K read blocks, L reader length, W span widths."""
+
+    block_ids: Tensor
+    """[B, R] int64 block ids in retrieval order; -1 where fewer than R blocks exist."""
+    block_valid: Tensor
+    """[B, R] bool."""
+    doc_embeddings: Tensor
+    """[B, R, D] frozen embeddings of the blocks (from the index), for the retriever logits."""
+    has_answer: Tensor
+    """[B, R] bool: the block's text contains an answer."""
+    reader_input_ids: Tensor
+    """[B, K, L] ``[CLS] question [SEP] body [SEP]`` of the top K blocks."""
+    reader_attention_mask: Tensor
+    reader_token_type_ids: Tensor
+    span_valid: Tensor
+    """[B, K, L, W] bool: candidate spans."""
+    span_correct: Tensor
+    """[B, K, L, W] bool: spans that are an answer."""
+
+
+@dataclass
+class QABatch(Movable):
+    query_input_ids: Tensor
+    """[B, Lq] ``[CLS] question [SEP]``."""
+    query_attention_mask: Tensor
+    example_ids: Tensor
+    """[B] row of each question in its ``QuestionSet``."""
+    blocks: RetrievedBlocks | None = None
+
+    @property
+    def size(self) -> int:
+        return self.query_input_ids.shape[0]
+
+
+class QACollator:
+    def __init__(self, questions: QuestionSet, special: SpecialIds, max_question_length: int) -> None:
+        self.questions, self.special, self.max_question_length = questions, special, max_question_length
+
+    def __call__(self, rows: Sequence[int]) -> QABatch:
+        packed = [pack_single(self.questions.question_ids[r], self.special, self.max_question_length) for r in rows]
+        ids, mask = pad(packed, self.special.pad)
+        return QABatch(ids, mask, torch.tensor(list(rows), dtype=torch.long))
+
+
+@torch.no_grad()
+def attach_blocks(
+    batch: QABatch,
+    query_embeddings: Tensor,
+    index: DocumentIndex,
+    embeddings: np.ndarray,
+    store: BlockStore,
+    questions: QuestionSet,
+    words: Wordpieces,
+    special: SpecialIds,
+    cfg: ReaderConfig,
+    retriever_beam: int,
+) -> QABatch:
+    """Searches the frozen ``index`` (whose row i is ``embeddings[i]`` = block i) and fills ``batch.blocks``."""
+    beam = max(retriever_beam, cfg.reader_beam)
+    _, ids = index.search(query_embeddings.detach().float().cpu(), beam)
+    ids = ids.cpu()
+    valid = ids >= 0
+    flat = ids.clamp(min=0).reshape(-1).numpy()
+    doc_embeddings = torch.from_numpy(np.ascontiguousarray(embeddings[flat], dtype=np.float32)).view(*ids.shape, -1)
+
+    rows = batch.example_ids.tolist()
+    present = sorted({int(i) for i in ids[valid].tolist()})
+    _, texts = store.texts(present)
+    text_of = dict(zip(present, texts))
+    contains = torch.zeros(ids.shape, dtype=torch.bool)
+    for b, row in enumerate(rows):
+        example = questions.examples[row]
+        for r, block in enumerate(ids[b].tolist()):
+            if block >= 0:
+                contains[b, r] = has_answer(text_of[block], example.answers, regex=example.answers_are_regex)
+
+    read = ids[:, : cfg.reader_beam]
+    _, bodies = store.tokens([max(int(i), 0) for i in read.reshape(-1).tolist()])
+    packed_ids, packed_types, span_answers, span_regex = [], [], [], []
+    for b, row in enumerate(rows):
+        for k in range(read.shape[1]):
+            body = bodies[b * read.shape[1] + k] if read[b, k] >= 0 else []
+            pair, types = pack_pair(questions.question_ids[row], body, special, cfg.max_sequence_length)
+            packed_ids.append(pair)
+            packed_types.append(types)
+            span_answers.append(questions.span_answers(row))
+            span_regex.append(questions.examples[row].answers_are_regex)
+    reader_ids, reader_mask = pad(packed_ids, special.pad)
+    reader_types, _ = pad(packed_types, 0, reader_ids.shape[1])
+    span_valid = candidate_span_mask(reader_ids, reader_types, words, cfg.max_span_width)
+    span_correct = correct_span_mask(
+        reader_ids, reader_types, span_answers, span_regex, words, cfg.max_span_width, candidates=span_valid
+    )
+    shape = (len(rows), read.shape[1], reader_ids.shape[1])
+    batch.blocks = RetrievedBlocks(
+        block_ids=ids,
+        block_valid=valid,
+        doc_embeddings=doc_embeddings,
+        has_answer=contains,
+        reader_input_ids=reader_ids.view(shape),
+        reader_attention_mask=reader_mask.view(shape),
+        reader_token_type_ids=reader_types.view(shape),
+        span_valid=span_valid.view(*shape, -1),
+        span_correct=span_correct.view(*shape, -1),
+    )
+    return batch

@@ -1,0 +1,138 @@
+"""The layout of a run directory, the only thing the trainer and the index builder share, and the retriever exports
+the trainer publishes in it for the builder.
+
+```
+RUN/
+  config.yaml                   resolved configuration (trainer)
+  checkpoints/step-00000500/    training state (trainer; realm.training.checkpoint)
+  retriever/step-00000500/      doc-embedder weights for the builder: Retriever.save_pretrained layout + manifest.json
+  index/v-00000500/             embeddings.npy [N, D] float32, index.faiss, block_ids.npy, manifest.json written LAST
+                                (realm.index.versions)
+  index/CURRENT                 name of the live version folder, replaced atomically with os.replace
+  index/.staging-<uuid>/        a build in progress: never read, removed when the builder starts
+  DONE                          the trainer has finished, so a standalone builder may exit
+```
+
+Every folder is published by the rule of ``realm.run.publication``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from realm.run.publication import (
+    folder_name,
+    list_published,
+    new_staging,
+    now_iso,
+    publish_folder,
+    read_manifest,
+    remove_folder,
+    sha256_file,
+    write_pointer,
+)
+
+if TYPE_CHECKING:
+    from realm.models.retriever import Retriever
+
+logger = logging.getLogger(__name__)
+
+
+CHECKPOINTS_DIR, CHECKPOINT_PREFIX = "checkpoints", "step-"
+RETRIEVER_DIR, RETRIEVER_PREFIX = "retriever", "step-"
+INDEX_DIR, INDEX_PREFIX = "index", "v-"
+DONE = "DONE"
+
+
+def checkpoints_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / CHECKPOINTS_DIR
+
+
+def retriever_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / RETRIEVER_DIR
+
+
+def index_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / INDEX_DIR
+
+
+def mark_done(run_dir: str | Path) -> None:
+    """Written by the trainer when it finishes (after its last retriever export), so the builder can exit."""
+    write_pointer(Path(run_dir) / DONE, now_iso())
+
+
+def clear_done(run_dir: str | Path) -> None:
+    """Removed by a trainer that (re)starts, so builders keep serving a resumed run."""
+    (Path(run_dir) / DONE).unlink(missing_ok=True)
+
+
+def is_done(run_dir: str | Path) -> bool:
+    return (Path(run_dir) / DONE).is_file()
+
+
+def _weights_sha256(embedder_dir: Path) -> str:
+    """SHA-256 of the embedder's safetensors (one file, or the sorted shards hashed together)."""
+    single = embedder_dir / "model.safetensors"
+    if single.is_file():
+        return sha256_file(single)
+    shards = sorted(embedder_dir.glob("*.safetensors"))
+    if not shards:
+        raise FileNotFoundError(f"no safetensors weights under {embedder_dir}")
+    return hashlib.sha256("".join(sha256_file(s) for s in shards).encode()).hexdigest()
+
+
+def export_retriever(
+    run_dir: str | Path,
+    step: int,
+    retriever: Retriever,
+    *,
+    blocks_path: str,
+    tokenizer_path: str,
+    max_block_length: int,
+) -> Path:
+    """Publishes ``retriever/step-{step:08d}``: everything the builder needs to re-embed the corpus.
+
+    Call from the main process only. Re-exporting a step (after a resume) with identical doc-embedder weights
+    returns the existing folder; with different weights the old export is replaced (an index already built from it
+    keeps its own ``weights_sha256``).
+    """
+    parent = retriever_dir(run_dir)
+    final = parent / folder_name(RETRIEVER_PREFIX, step)
+    staging = new_staging(parent)
+    try:
+        retriever.save_pretrained(staging)
+        weights = _weights_sha256(staging / "doc")
+        existing = read_manifest(final)
+        if existing is not None and existing.get("weights_sha256") == weights:
+            shutil.rmtree(staging)
+            return final
+        if final.exists():
+            logger.warning("replacing retriever export %s (different weights at the same step)", final)
+            remove_folder(final)
+        # note: a tokenizer may be a hub name rather than a folder; only local paths are made absolute
+        tokenizer = str(Path(tokenizer_path).resolve()) if Path(tokenizer_path).exists() else tokenizer_path
+        manifest = {
+            "step": step,
+            "blocks": str(Path(blocks_path).resolve()),
+            "tokenizer": tokenizer,
+            "max_block_length": max_block_length,
+            "weights_sha256": weights,
+            "created": now_iso(),
+        }
+        return publish_folder(staging, final, manifest)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def latest_retriever_export(run_dir: str | Path) -> tuple[int, Path, dict[str, Any]] | None:
+    """``(step, path, manifest)`` of the newest complete retriever export, or None."""
+    for step, path in reversed(list_published(retriever_dir(run_dir), RETRIEVER_PREFIX)):
+        manifest = read_manifest(path)
+        if manifest is not None:  # note: it may have been pruned since it was listed
+            return step, path, manifest
+    return None

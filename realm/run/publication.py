@@ -1,0 +1,276 @@
+"""Crash-safe publication of folders: the one rule every published folder of a run follows.
+
+A folder is written under ``.staging-<uuid>``, its files are fsynced, ``manifest.json`` is written last, and only then
+is the folder renamed to its final name. Readers list only folders whose manifest parses, so a crash at any point
+leaves either nothing or a complete folder. Published folders are never modified in place; they are only removed
+whole (renamed back to a staging name first, so a crash mid-delete cannot leave a manifest next to missing files).
+A pointer file (``CURRENT``) names the live folder of a parent and is replaced atomically with ``os.replace``.
+Where each kind of folder lives in a run is ``realm.run.layout``'s business.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import logging
+import os
+import shutil
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+from realm.core.atomic import fsync_path, write_text_atomic
+
+logger = logging.getLogger(__name__)
+
+MANIFEST = "manifest.json"
+STAGING_PREFIX = ".staging-"
+CURRENT = "CURRENT"
+
+
+# ---------------------------------------------------------------------------------------------- generic helpers
+
+
+def folder_name(prefix: str, step: int) -> str:
+    """``("v-", 500) -> "v-00000500"``; zero-padded so names sort like steps."""
+    return f"{prefix}{step:08d}"
+
+
+def parse_step(name: str, prefix: str) -> int | None:
+    """The step of a folder named ``{prefix}{step:08d}``, or None for any other name."""
+    rest = name[len(prefix) :] if name.startswith(prefix) else ""
+    return int(rest) if rest.isdigit() else None
+
+
+def _fsync_tree(folder: Path) -> None:
+    """fsyncs every file and directory under ``folder`` (bottom-up, the folder itself last)."""
+    for root, _, files in os.walk(folder, topdown=False):
+        for name in files:
+            fsync_path(Path(root) / name)
+        fsync_path(Path(root))
+
+
+def new_staging(parent: Path) -> Path:
+    """Creates and returns an empty ``parent/.staging-<uuid>`` folder (``parent`` is created if needed)."""
+    parent = Path(parent)
+    parent.mkdir(parents=True, exist_ok=True)
+    staging = parent / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+    staging.mkdir()
+    return staging
+
+
+def publish_folder(staging: Path, final: Path, manifest: dict[str, Any]) -> Path:
+    """Commits ``staging`` as ``final``: fsync its files, write ``manifest.json`` last, fsync, rename.
+
+    Raises ``FileExistsError`` if ``final`` exists (published folders are immutable; on Linux ``rename`` would
+    silently replace an empty directory, hence the explicit check). Assumes one writer per parent folder.
+    """
+    staging, final = Path(staging), Path(final)
+    if final.exists():
+        raise FileExistsError(f"{final} already exists; published folders are never overwritten")
+    if (staging / MANIFEST).exists():
+        raise ValueError(f"{staging} already holds a {MANIFEST}; it must be written last, by publish_folder")
+    _fsync_tree(staging)
+    with open(staging / MANIFEST, "w") as f:
+        json.dump(manifest, f, indent=2, sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    fsync_path(staging)
+    os.rename(staging, final)
+    fsync_path(final.parent)  # note: makes the rename itself durable
+    return final
+
+
+def read_manifest(folder: Path) -> dict[str, Any] | None:
+    """The parsed ``manifest.json`` of ``folder``, or None when it is missing or unreadable (= not published)."""
+    try:
+        data = json.loads((Path(folder) / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def list_published(parent: Path, prefix: str) -> list[tuple[int, Path]]:
+    """``(step, path)`` of every ``parent/{prefix}NNNNNNNN`` folder with a readable manifest, oldest first."""
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    found = []
+    for child in parent.iterdir():
+        step = parse_step(child.name, prefix)
+        if step is not None and child.is_dir() and read_manifest(child) is not None:
+            found.append((step, child))
+    return sorted(found)
+
+
+def latest_published(parent: Path, prefix: str) -> tuple[int, Path] | None:
+    """The newest published ``(step, path)`` under ``parent``, or None."""
+    published = list_published(parent, prefix)
+    return published[-1] if published else None
+
+
+def replace_published(final: Path, save: Callable[[Path], None], manifest: dict[str, Any]) -> Path:
+    """Publishes what ``save(staging)`` writes as ``final`` (a stage's output such as ``ict/retriever``), replacing
+    an older one: the old folder is unpublished first, so a crash in between leaves none rather than a torn one."""
+    final = Path(final)
+    if final.exists():
+        remove_folder(final)
+    staging = new_staging(final.parent)
+    try:
+        save(staging)
+        return publish_folder(staging, final, {**manifest, "created": now_iso()})
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def remove_folder(folder: Path) -> None:
+    """Deletes a published folder: first renamed to a staging name (unpublished at once), then removed."""
+    folder = Path(folder)
+    trash = folder.parent / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
+    os.rename(folder, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def prune(parent: Path, prefix: str, keep: int) -> list[Path]:
+    """Removes all but the newest ``keep`` published folders, never the one ``parent/CURRENT`` names.
+
+    Returns the removed paths. Readers that still hold files of a removed version (mmap, open index) keep working.
+    """
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    current = read_pointer(Path(parent) / CURRENT)
+    removed = []
+    for _, path in list_published(parent, prefix)[:-keep]:
+        if path.name != current:
+            remove_folder(path)
+            removed.append(path)
+    return removed
+
+
+def clean_staging(parent: Path) -> list[Path]:
+    """Removes leftover ``.staging-*`` folders and files under ``parent`` (crashed writers); returns them.
+
+    Only the single writer of ``parent`` may call this, and only when it is not writing (e.g. at start).
+    """
+    parent = Path(parent)
+    if not parent.is_dir():
+        return []
+    removed = []
+    for child in parent.iterdir():
+        if child.name.startswith(STAGING_PREFIX):
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child, ignore_errors=True)
+            else:
+                child.unlink(missing_ok=True)
+            removed.append(child)
+    return removed
+
+
+def write_pointer(path: Path, name: str) -> None:
+    """Atomically makes the text file ``path`` (e.g. ``index/CURRENT``) contain ``name``."""
+    # note: the temporary name carries the staging prefix, so a crash leftover is cleaned like any staging folder
+    write_text_atomic(path, name + "\n", tmp_prefix=STAGING_PREFIX)
+
+
+def read_pointer(path: Path) -> str | None:
+    """The name a pointer file holds, or None when it does not exist or is empty."""
+    try:
+        name = Path(path).read_text().strip()
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return name or None
+
+
+def sha256_file(path: Path) -> str:
+    """Hex SHA-256 of a file, read in chunks (fine for multi-GB embeddings)."""
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def file_entries(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``{name: {"sha256": ..., "size": ...}}`` for manifests."""
+    return {name: {"sha256": sha256_file(folder / name), "size": (folder / name).stat().st_size} for name in names}
+
+
+def check_files(folder: Path, entries: dict[str, dict[str, Any]], verify_checksums: bool = True) -> list[str]:
+    """Problems found comparing files under ``folder`` with manifest ``entries`` (empty when all match)."""
+    problems = []
+    for name, entry in entries.items():
+        path = Path(folder) / name
+        if not path.is_file():
+            problems.append(f"{name} is missing")
+        elif path.stat().st_size != entry.get("size"):
+            problems.append(f"{name} has {path.stat().st_size} bytes, manifest says {entry.get('size')}")
+        elif verify_checksums and sha256_file(path) != entry.get("sha256"):
+            problems.append(f"{name} does not match its sha256 in the manifest")
+    return problems
+
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path) -> Iterator[None]:
+    """Holds an exclusive ``flock`` on ``path`` (released by the kernel even on SIGKILL).
+
+    Raises ``RuntimeError`` at once if another process holds it: two writers of one folder would clean each
+    other's staging folders.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RuntimeError(f"{path} is locked by another process (is another index builder running?)") from None
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def now_iso() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+# ---------------------------------------------------------------------------------------------- run-level markers
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------------- retriever exports
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------------- index versions
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+

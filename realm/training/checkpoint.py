@@ -1,0 +1,83 @@
+"""Crash-safe training checkpoints: full state in ``RUN/checkpoints/step-NNNNNNNN``, published by rename.
+
+A checkpoint holds what is needed to continue exactly: model, optimizer and RNG states (through
+``accelerator.save_state``, which writes model weights with safetensors and reloads the rest with
+``weights_only=True``), the LR scheduler's state as JSON (``scheduler.json``: accelerate's loader of registered
+custom objects unpickles with ``weights_only=False``, so the scheduler is not registered with it), plus
+``trainer_state.json`` (step, index version, running totals) and the resolved config.
+The batch order is a function of (seed, step), so no data-loader state is needed. Every training job writes
+its checkpoints this way (``realm.training.loop``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from realm.core.config import save_config
+from realm.core.errors import MissingFileError
+from realm.run.layout import CHECKPOINT_PREFIX, checkpoints_dir
+from realm.run.publication import (
+    STAGING_PREFIX,
+    folder_name,
+    latest_published,
+    now_iso,
+    prune,
+    publish_folder,
+    read_manifest,
+)
+
+logger = logging.getLogger(__name__)
+TRAINER_STATE = "trainer_state.json"
+SCHEDULER_STATE = "scheduler.json"
+
+
+def save_checkpoint(
+    accelerator, run_dir: str | Path, step: int, state: dict[str, Any], config: Any, keep: int, scheduler
+) -> Path:
+    """Writes the checkpoint of ``step`` under a staging name, publishes it, then prunes to the newest ``keep``."""
+    parent = checkpoints_dir(run_dir)
+    # note: a step-derived staging name (not a uuid) so every rank writes into the same folder.
+    staging = parent / f"{STAGING_PREFIX}{folder_name(CHECKPOINT_PREFIX, step)}"
+    final = parent / folder_name(CHECKPOINT_PREFIX, step)
+    if accelerator.is_main_process:
+        parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(staging, ignore_errors=True)  # a leftover of a crash at this very step
+        staging.mkdir()
+    accelerator.wait_for_everyone()
+    accelerator.save_state(str(staging))
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        (staging / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
+        (staging / SCHEDULER_STATE).write_text(json.dumps(scheduler.state_dict(), indent=2))
+        save_config(config, staging / "config.yaml")
+        publish_folder(staging, final, {"step": step, "created": now_iso(), "kind": "checkpoint"})
+        prune(parent, CHECKPOINT_PREFIX, keep)
+        logger.info("saved checkpoint %s", final)
+    accelerator.wait_for_everyone()
+    return final
+
+
+def resolve_resume(run_dir: str | Path, resume: str) -> Path | None:
+    """The checkpoint to resume from: newest *complete* one for ``auto``, none for ``never``, or the given folder."""
+    if resume == "never":
+        return None
+    if resume == "auto":
+        found = latest_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
+        return found[1] if found else None
+    path = Path(resume)
+    if read_manifest(path) is None:
+        raise MissingFileError(f"resume={resume!r} is not a complete checkpoint (no readable manifest.json)")
+    return path
+
+
+def load_checkpoint(accelerator, path: Path, scheduler) -> dict[str, Any]:
+    """Restores model/optimizer/scheduler/RNG states and returns the saved trainer state (with ``step``)."""
+    accelerator.load_state(str(path))
+    scheduler.load_state_dict(json.loads((path / SCHEDULER_STATE).read_text()))
+    state = json.loads((path / TRAINER_STATE).read_text())
+    logger.info("resumed from %s at step %d", path, state["step"])
+    return state

@@ -1,0 +1,184 @@
+"""The training scaffold every training job shares: reader warm-up, ICT, REALM pre-training and QA fine-tuning.
+
+A job builds its model, optimizer, scheduler and data, then hands them to ``TrainingLoop``, which owns what must be
+the same everywhere: the optimizer step (clipping, a scheduler stepped once per optimizer step, fp16 skips honoured),
+the metrics window (``metric x count`` sums reduced over processes, then one mean each), logging to
+``RUN/metrics.jsonl`` and the trackers, and checkpoints in ``RUN/checkpoints/step-N`` published by rename with
+``resume`` from the newest complete one. Batch orders are functions of (seed, step) (``realm.training.sampler``), so a
+resumed job continues exactly where an uninterrupted one would be.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import torch
+from accelerate import Accelerator
+
+from realm.core.config import save_config
+from realm.core.logging import MetricsLogger, set_num_threads
+from realm.training.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from realm.training.optim import OptimConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True, slots=True)
+class LoopConfig:
+    """The ``train`` section of every training job: where it writes, how long, and how it checkpoints and resumes."""
+
+    run_dir: str = "runs/job"
+    """The job's output folder: ``config.yaml``, ``metrics.jsonl``, ``checkpoints/`` and what the job publishes."""
+    max_steps: int = 1000
+    batch_size: int = 32
+    seed: int = 0
+    log_interval: int = 20
+    save_interval: int = 1000
+    """Steps between checkpoints (one is always written at the last step of an invocation)."""
+    keep_checkpoints: int = 2
+    stop_at_step: int = 0
+    """End this invocation at this step with a checkpoint, as a pre-empted job would (0: run to max_steps); the
+    learning-rate schedule still targets ``max_steps``, so a resumed run continues exactly."""
+    resume: str = "auto"
+    """``auto``: newest complete checkpoint in run_dir if any; ``never``; or a checkpoint folder."""
+    num_threads: int = 0
+    """Intra-op threads (0: torch's default)."""
+
+    def __post_init__(self) -> None:
+        if self.max_steps < 0 or self.batch_size <= 0:
+            raise ValueError("max_steps must be >= 0 and batch_size positive")
+        if min(self.log_interval, self.save_interval, self.keep_checkpoints) <= 0:
+            raise ValueError("log_interval, save_interval and keep_checkpoints must be positive")
+        if self.stop_at_step < 0:
+            raise ValueError(f"stop_at_step must be >= 0, got {self.stop_at_step}")
+        if not self.run_dir:
+            raise ValueError("run_dir must be set")
+
+    @property
+    def last_step(self) -> int:
+        """The step this invocation ends at."""
+        return min(self.max_steps, self.stop_at_step or self.max_steps)
+
+
+@dataclass
+class MetricWindow:
+    """What a log window accumulates: ``metric x count`` sums and counts (tensors, so no host sync per step)."""
+
+    sums: dict[str, torch.Tensor] = field(default_factory=dict)
+    counts: dict[str, torch.Tensor] = field(default_factory=dict)
+    num_steps: int = 0
+
+    def add(self, metrics: Mapping[str, torch.Tensor], counts: Mapping[str, torch.Tensor] | None = None) -> None:
+        """Adds one micro-batch's means, each weighted by its count (1 when ``counts`` has none for it)."""
+        for name, value in metrics.items():
+            value = torch.as_tensor(value).detach().float()
+            count = torch.as_tensor(counts[name] if counts and name in counts else 1.0).float().to(value.device)
+            self.sums[name] = self.sums.get(name, 0.0) + value * count
+            self.counts[name] = self.counts.get(name, 0.0) + count
+
+    def means(self, accelerator: Accelerator) -> dict[str, float]:
+        """The count-weighted mean of each metric over the window and every process (one all-reduce)."""
+        keys = sorted(self.sums)
+        if not keys:
+            return {}
+        stacked = torch.stack([torch.stack([self.sums[k] for k in keys]), torch.stack([self.counts[k] for k in keys])])
+        if accelerator.num_processes > 1:
+            stacked = accelerator.reduce(stacked.to(accelerator.device), reduction="sum")
+        return dict(zip(keys, (stacked[0] / stacked[1].clamp_min(1.0)).tolist()))
+
+
+class TrainingLoop:
+    """Step, window, log and checkpoint for one job; ``step`` is the number of optimizer steps taken so far."""
+
+    def __init__(
+        self,
+        accelerator: Accelerator,
+        loop: LoopConfig,
+        optim: OptimConfig,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        config: Any,
+    ) -> None:
+        self.accelerator, self.cfg, self.optim = accelerator, loop, optim
+        self.model, self.optimizer, self.scheduler, self.config = model, optimizer, scheduler, config
+        self.run_dir = Path(loop.run_dir)
+        self.step = 0
+        self.window = MetricWindow()
+        self.metrics = MetricsLogger(self.run_dir / "metrics.jsonl" if accelerator.is_main_process else None, accelerator)
+
+    def resume(self) -> dict[str, Any]:
+        """Restores the newest complete checkpoint (per ``resume``); returns its saved state ({} when none)."""
+        path = resolve_resume(self.run_dir, self.cfg.resume)
+        if path is None:
+            return {}
+        state = load_checkpoint(self.accelerator, path, self.scheduler)
+        self.step = int(state["step"])
+        return state
+
+    @property
+    def done(self) -> bool:
+        return self.step >= self.cfg.last_step
+
+    def optimizer_step(self) -> None:
+        """Clips, steps the optimizer and the scheduler, zeroes the gradients; call after the backward pass(es)."""
+        if self.optim.max_grad_norm > 0:
+            self.accelerator.clip_grad_norm_(self.model.parameters(), self.optim.max_grad_norm)
+        self.optimizer.step()
+        # note: the scheduler is never prepared by accelerate (a prepared one steps once per process per call, N times
+        # too fast); ours counts optimizer steps, and fp16 skips the steps whose gradients overflowed
+        if not self.accelerator.optimizer_step_was_skipped:
+            self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        self.window.num_steps += 1
+
+    def log_due(self) -> bool:
+        return self.step % self.cfg.log_interval == 0 or self.step == self.cfg.last_step
+
+    def save_due(self) -> bool:
+        return self.step % self.cfg.save_interval == 0 or self.step == self.cfg.last_step
+
+    def log_window(self, prefix: str, extra: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], int]:
+        """Logs the window's means as ``prefix/name`` plus ``extra`` at the current step, then starts a new window.
+        Returns the logged values and the number of steps the window held."""
+        means = {f"{prefix}/{k}": v for k, v in self.window.means(self.accelerator).items()}
+        num_steps = self.window.num_steps
+        plain = self.metrics.log({**means, **(extra or {})}, self.step)
+        self.window = MetricWindow()
+        return plain, num_steps
+
+    def save(self, state: Mapping[str, Any] | None = None) -> Path:
+        """Checkpoint of the current step (every process must call it)."""
+        return save_checkpoint(
+            self.accelerator, self.run_dir, self.step, dict(state or {}), self.config, self.cfg.keep_checkpoints,
+            self.scheduler,
+        )  # fmt: skip
+
+    def close(self) -> None:
+        self.metrics.close()
+
+
+def start_job(loop: LoopConfig, accelerator: Accelerator, config: Any) -> Path:
+    """What every job does first: threads, seed, its run directory and the resolved ``config.yaml`` in it."""
+    set_num_threads(loop.num_threads)
+    torch.manual_seed(loop.seed)
+    run_dir = Path(loop.run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if accelerator.is_main_process:
+        save_config(config, run_dir / "config.yaml")
+    return run_dir
+
+
+def iterate(loader: Iterable) -> Iterator:
+    """An iterator over ``loader`` that leaves the global RNG untouched.
+
+    Starting to iterate a ``DataLoader`` draws its base seed from torch's global RNG. A resumed job starts its
+    iterator after restoring the RNG state of its checkpoint, an uninterrupted one did not at that step, so without
+    the fork every dropout mask after a resume would differ from the uninterrupted run's.
+    """
+    with torch.random.fork_rng(devices=[]):
+        return iter(loader)

@@ -1,0 +1,87 @@
+"""AdamW with linear warm-up and decay (REALM: AdamW, lr 3e-5, warm-up)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.optim.lr_scheduler import LambdaLR
+from transformers import get_linear_schedule_with_warmup
+
+SCHEDULES = ("linear", "wsd")
+
+
+@dataclass(kw_only=True, slots=True)
+class OptimConfig:
+    lr: float = 3e-5
+    """Peak learning rate."""
+    weight_decay: float = 0.01
+    """Decoupled weight decay, not applied to biases and LayerNorm weights."""
+    warmup_steps: int = 10_000
+    """Linear warm-up from 0 to ``lr``, then ``schedule``."""
+    schedule: str = "linear"
+    """After warm-up: ``linear`` decay to 0 at the last step (BERT, REALM), or ``wsd`` (warm-up, stable, decay): the
+    rate is held, then decays linearly to 0 over the last ``decay_steps``. A from-scratch reader learns to copy only
+    after a phase change whose step is not known in advance (realm.pretrain.reader_warmup): a decay that starts at once can
+    starve it just before, and no decay at all leaves it unannealed."""
+    decay_steps: int = 0
+    """``wsd`` only: the final steps over which the rate decays to 0 (0: held to the end)."""
+    retriever_lr_scale: float = 1.0
+    """Learning rate of the embedders relative to ``lr``. Below 1 protects an ICT-trained retriever while the encoder
+    still ignores the documents: its gradients are then mostly noise, and Adam turns noise into full-size steps."""
+    max_grad_norm: float = 1.0
+    """Gradient clipping norm (0 disables clipping)."""
+    betas: tuple[float, float] = (0.9, 0.999)
+    eps: float = 1e-6
+
+    def __post_init__(self) -> None:
+        if self.lr <= 0 or self.retriever_lr_scale <= 0:
+            raise ValueError(f"lr and retriever_lr_scale must be positive, got {self.lr}, {self.retriever_lr_scale}")
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.warmup_steps < 0 or self.weight_decay < 0 or self.max_grad_norm < 0 or self.decay_steps < 0:
+            raise ValueError("warmup_steps, decay_steps, weight_decay and max_grad_norm must be >= 0")
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig, max_steps: int):
+    """(optimizer, scheduler). Parameters under a ``retriever`` module get ``lr * retriever_lr_scale``; biases and
+    LayerNorm weights get no weight decay; shared parameters (shared embedders) appear once."""
+    groups: dict[tuple[bool, bool], list] = {}
+    for name, param in model.named_parameters():  # named_parameters() de-duplicates shared modules
+        if param.requires_grad:
+            key = (
+                name.startswith("retriever.") or name.split(".")[0] in ("query_embedder", "separate_doc_embedder"),
+                param.ndim >= 2,
+            )
+            groups.setdefault(key, []).append(param)
+    param_groups = [
+        {
+            "params": params,
+            "lr": cfg.lr * (cfg.retriever_lr_scale if is_retriever else 1.0),
+            "weight_decay": cfg.weight_decay if decay else 0.0,
+        }
+        for (is_retriever, decay), params in sorted(groups.items())
+    ]
+    optimizer = torch.optim.AdamW(param_groups, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps)
+    warmup = min(cfg.warmup_steps, max_steps)
+    if cfg.schedule == "wsd":
+        scheduler = LambdaLR(optimizer, WarmupStableDecay(warmup, max_steps - cfg.decay_steps, max_steps))
+    else:
+        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, max(max_steps, 1))
+    return optimizer, scheduler
+
+
+class WarmupStableDecay:
+    """LR factor of a step: linear warm-up to 1 over ``warmup`` steps, 1 until ``decay_start``, then linear to 0 at
+    ``max_steps``. A class, not a closure, so the scheduler's state stays plain data (checkpoints keep it as JSON)."""
+
+    def __init__(self, warmup: int, decay_start: int, max_steps: int) -> None:
+        self.warmup, self.decay_start, self.max_steps = warmup, max(decay_start, warmup), max_steps
+
+    def __call__(self, step: int) -> float:
+        if step < self.warmup:
+            return step / self.warmup
+        if step < self.decay_start:
+            return 1.0
+        return max(0.0, (self.max_steps - step) / max(1, self.max_steps - self.decay_start))

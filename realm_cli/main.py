@@ -1,0 +1,76 @@
+"""The ``realm`` command: an explicit table from command names to the functions that run them.
+
+realm demo                      embedded world -> vocabulary -> reader warm-up -> ICT -> pre-training -> eval -> QA
+realm train --config C [...]    the trainer process                  (python -m trainer.pretrain)
+realm index --config C [...]    the index-builder process            (python -m index_builder.build)
+realm ict --config C [...]      Inverse Cloze Task warm start        (python -m warmstart.ict)
+realm warmup --config C [...]   reader warm-up of a from-scratch encoder (python -m warmstart.reader)
+realm finetune --config C [...] open-domain QA fine-tuning           (python -m finetune.train)
+realm evaluate OUT --task T --data F   QA exact match / retrieval accuracy (python -m finetune.evaluate)
+realm world --out DIR           write the synthetic encyclopaedia as jsonl
+realm vocab ...                 train a WordPiece vocabulary
+realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into blocks
+realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
+realm inspect RUN "query"       top-k retrieved blocks with their scores
+realm report RUN                self-contained HTML report of a run
+
+Commands that run a training job or a process take a YAML config and dotted overrides (``--section.key=value``);
+``realm COMMAND --help`` lists them. A user error (bad config, data file, missing file or run) is one line on stderr
+and exit code 2 (``realm.core.errors.run_command``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from realm.core.errors import USER_ERROR_EXIT_CODE, run_command
+
+COMMANDS: dict[str, tuple[str, str]] = {
+    # name: ("module:function", help); modules are imported on use, so `realm --help` starts fast
+    "demo": ("realm_cli.demo:main", "run the embedded demo end to end"),
+    "train": ("trainer.pretrain:main", "the trainer process (REALM pre-training)"),
+    "index": ("index_builder.build:main", "the index-builder process"),
+    "ict": ("warmstart.ict:main", "Inverse Cloze Task warm start of the embedders"),
+    "warmup": ("warmstart.reader:main", "reader warm-up of a from-scratch encoder on trivial retrievals"),
+    "finetune": ("finetune.train:main", "open-domain QA fine-tuning (span reader, frozen index)"),
+    "evaluate": ("finetune.evaluate:main", "exact match and top-k retrieval accuracy of a fine-tuned QA model"),
+    "world": ("realm_cli.data:main_world", "write the synthetic encyclopaedia"),
+    "vocab": ("realm_cli.data:main_vocab", "train a WordPiece vocabulary"),
+    "blocks": ("realm_cli.data:main_blocks", "cut a corpus into blocks"),
+    "evaluate-mlm": ("realm_cli.inspect:main_evaluate_mlm", "held-out masked-fact metrics of a run or checkpoint"),
+    "inspect": ("realm_cli.inspect:main_inspect", "top-k retrieved blocks for a query"),
+    "report": ("realm_cli.report:main", "self-contained HTML report of a run from its own logs"),
+}
+
+
+def _usage() -> str:
+    lines = ["usage: realm COMMAND [options]", "", "commands:"]
+    lines += [f"  {name:<14} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run `realm COMMAND --help` for a command's options."]
+    return "\n".join(lines)
+
+
+def resolve(command: str):
+    """The function that runs ``command``."""
+    module, function = COMMANDS[command][0].split(":")
+    return getattr(importlib.import_module(module), function)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        try:
+            print(_usage())
+        except BrokenPipeError:  # `realm --help | head`
+            pass
+        return 0 if argv else USER_ERROR_EXIT_CODE
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"realm: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
+    return run_command(f"realm {command}", resolve(command), rest)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,113 @@
+"""The layout is the architecture: the library's stages import only stages below them, each process package imports
+only the library, nothing imports the CLI, and no module is part of an import cycle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+# note: lower layers never import higher ones; pretrain and qa are siblings (neither imports the other)
+LIBRARY_LAYERS = [
+    ["realm.core"],
+    ["realm.data"],
+    ["realm.models"],
+    ["realm.run"],
+    ["realm.index"],
+    ["realm.training"],
+    ["realm.pretrain", "realm.qa"],
+]
+PROCESSES = ["trainer", "index_builder", "warmstart", "finetune"]
+CLI = "realm_cli"
+MAX_MODULE_LINES = 400
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package in ["realm", *PROCESSES, CLI]:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """Project modules ``path`` imports (at any depth of the file, TYPE_CHECKING blocks included)."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        for name in names:
+            while name and name not in known:
+                name = name.rpartition(".")[0]
+            if name:
+                out.add(name)
+    return out
+
+
+def _group(module: str) -> str:
+    """``realm.<stage>``, a process package, or the CLI."""
+    parts = module.split(".")
+    return ".".join(parts[:2]) if parts[0] == "realm" else parts[0]
+
+
+def _rank(group: str) -> int | None:
+    for rank, layer in enumerate(LIBRARY_LAYERS):
+        if group in layer:
+            return rank
+    return None
+
+
+def test_each_library_module_sits_in_a_stage_package():
+    loose = [m for m in _modules() if m.startswith("realm.") and _rank(_group(m)) is None]
+    assert not loose, f"library modules outside the stage packages: {loose}"
+
+
+def test_no_upward_or_sideways_imports():
+    modules = _modules()
+    wrong = []
+    for module, path in modules.items():
+        source = _group(module)
+        for target in _imports(path, modules):
+            dest = _group(target)
+            if dest == source:
+                continue
+            if source.startswith("realm."):
+                ok = dest.startswith("realm.") and _rank(dest) < _rank(source)
+            elif source in PROCESSES:
+                ok = dest.startswith("realm.")
+            else:  # the CLI may use everything
+                ok = True
+            if not ok:
+                wrong.append(f"{module} -> {target}")
+    assert not wrong, "imports against the layering:\n" + "\n".join(wrong)
+
+
+def test_no_import_cycles():
+    modules = _modules()
+    graph = {m: _imports(p, modules) - {m} for m, p in modules.items()}
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph.get(node, ())):
+            # a package's __init__ importing its own submodules is not a cycle worth reporting
+            if state.get(nxt) == 1 and not nxt.startswith(node + ".") and not node.startswith(nxt + "."):
+                cycles.append(" -> ".join(stack[stack.index(nxt):] + [nxt]))
+            elif nxt not in state:
+                visit(nxt, stack + [nxt])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def test_no_module_is_over_the_size_limit():
+    sizes = {m: len(p.read_text().splitlines()) for m, p in _modules().items()}
+    assert not {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES}

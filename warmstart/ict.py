@@ -1,0 +1,178 @@
+"""``realm ict``: warm-start the embedders with the Inverse Cloze Task and write retriever weights.
+
+    realm ict --config configs/ict/demo.yaml [--train.run_dir=OUT --data.blocks=... --train.max_steps=N ...]
+
+Output: ``OUT/retriever/`` (``Retriever.save_pretrained`` layout, published by rename with a manifest), which
+pre-training reads through ``train.init_retriever``. Checkpoints in ``OUT/checkpoints/`` let a stopped run resume
+exactly (``train.resume``), as every training job does (``realm.training.loop``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import datasets
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+from realm.core.config import load_config, options_help
+from realm.core.errors import run_command
+from realm.core.logging import init_logging
+from realm.core.tracking import TrackingConfig
+from realm.data.blocks import BlocksInput, load_blocks
+from realm.data.packing import SpecialIds
+from realm.data.sentences import split_sentences
+from realm.data.vocab import load_tokenizer
+from realm.models.bert import ModelConfig
+from realm.models.retriever import Retriever, RetrieverConfig
+from realm.pretrain.ict import ICTCollator, ict_loss
+from realm.run.publication import replace_published
+from realm.training.accelerator import build_accelerator
+from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
+from realm.training.optim import OptimConfig, build_optimizer
+from realm.training.sampler import KeyedExamples, StepBatchSampler
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True, slots=True)
+class ICTLoopConfig(LoopConfig):
+    run_dir: str = "runs/ict"
+    max_steps: int = 10_000
+    batch_size: int = 64
+    """Queries per step; the other blocks of the batch are the negatives."""
+
+    def __post_init__(self) -> None:
+        LoopConfig.__post_init__(self)
+        if self.max_steps <= 0 or self.batch_size < 2:
+            raise ValueError("max_steps must be positive and batch_size >= 2 (in-batch negatives)")
+
+
+@dataclass(kw_only=True, slots=True)
+class ICTTaskConfig:
+    remove_prob: float = 0.9
+    """Probability that the query sentence is removed from its block (ORQA: 0.9)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.remove_prob <= 1.0:
+            raise ValueError(f"remove_prob must be in [0, 1], got {self.remove_prob}")
+
+
+@dataclass(kw_only=True, slots=True)
+class ICTConfig:
+    train: ICTLoopConfig = field(default_factory=ICTLoopConfig)
+    data: BlocksInput = field(default_factory=BlocksInput)
+    ict: ICTTaskConfig = field(default_factory=ICTTaskConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+
+
+def ict_examples(blocks: datasets.Dataset, tokenizer) -> datasets.Dataset:
+    """Blocks split into tokenised sentences; blocks with fewer than two sentences cannot pose a cloze and are
+    dropped (the count is logged)."""
+
+    def split(batch: dict) -> dict:
+        sentences = [[text[a:b] for a, b in split_sentences(text)] for text in batch["text"]]
+        flat = [s for group in sentences for s in group]
+        ids = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
+        out, i = [], 0
+        for group in sentences:
+            out.append(ids[i : i + len(group)])
+            i += len(group)
+        return {"sentence_ids": out}
+
+    rows = blocks.map(split, batched=True, remove_columns=[c for c in blocks.column_names if c != "title_ids"])
+    kept = rows.filter(lambda r: len(r["sentence_ids"]) >= 2)
+    if len(kept) < len(rows):
+        logger.warning(
+            "ICT: %d of %d blocks have fewer than 2 sentences and are not used", len(rows) - len(kept), len(rows)
+        )
+    return kept
+
+
+def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
+    """Runs (or resumes) ICT and returns the published ``retriever/`` folder."""
+    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir)
+    out_dir = start_job(cfg.train, accelerator, cfg)
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    special = SpecialIds.of(tokenizer)
+    rows = ict_examples(load_blocks(cfg.data.blocks), tokenizer)
+    bert_config = cfg.model.bert_config(len(tokenizer))
+    retriever = (
+        Retriever.from_bert(cfg.model.init_from, cfg.retriever)
+        if cfg.model.init_from
+        else Retriever.from_config(bert_config, cfg.retriever)
+    )
+    optimizer, scheduler = build_optimizer(retriever, cfg.optim, cfg.train.max_steps)
+    model, optimizer = accelerator.prepare(retriever, optimizer)
+    loop = TrainingLoop(accelerator, cfg.train, cfg.optim, model, optimizer, scheduler, cfg)
+    loop.resume()
+    sampler = StepBatchSampler(
+        len(rows), cfg.train.batch_size, cfg.train.seed, loop.step, accelerator.process_index,
+        accelerator.num_processes,
+    )  # fmt: skip
+    collator = ICTCollator(
+        special, cfg.retriever.max_query_length, cfg.retriever.max_block_length, cfg.ict.remove_prob, cfg.train.seed
+    )
+    batches = iterate(DataLoader(KeyedExamples(rows), batch_sampler=sampler, collate_fn=collator))
+    unwrapped: Retriever = accelerator.unwrap_model(model)
+    t0 = time.perf_counter()
+    while not loop.done:
+        batch = next(batches).to(accelerator.device)
+        query, block = model(
+            batch.query_input_ids,
+            batch.query_attention_mask,
+            batch.block_input_ids,
+            batch.block_attention_mask,
+            batch.block_token_type_ids,
+        )
+        blocks, offset = _global_blocks(accelerator, block)
+        loss, accuracy = ict_loss(query, blocks, offset, scale=unwrapped.query_embedder.score_scale)
+        accelerator.backward(loss)
+        loop.window.add({"loss": loss, "accuracy": accuracy})
+        loop.optimizer_step()
+        if loop.log_due():
+            plain, _ = loop.log_window("ict", {"time/elapsed_s": time.perf_counter() - t0})
+            logger.info("ICT step %d loss %.4f in-batch acc %.3f", loop.step, plain["ict/loss"], plain["ict/accuracy"])
+        if loop.save_due():
+            loop.save()
+    loop.close()
+    final = out_dir / "retriever"
+    if loop.step >= cfg.train.max_steps:
+        if accelerator.is_main_process:
+            replace_published(final, unwrapped.save_pretrained, {"kind": "ict_retriever", "steps": loop.step})
+        accelerator.wait_for_everyone()
+    return final
+
+
+def _global_blocks(accelerator: Accelerator, block: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """All processes' blocks as negatives; gradients flow only into this process's own rows."""
+    if accelerator.num_processes == 1:
+        return block, 0
+    gathered = accelerator.gather(block.detach())
+    rank, size = accelerator.process_index, block.shape[0]
+    return torch.cat([gathered[: rank * size], block, gathered[(rank + 1) * size :]]), rank * size
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="realm ict", description=__doc__.splitlines()[0], epilog=options_help(ICTConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--config", default=None, help="YAML config (configs/ict/*.yaml); --section.key=value overrides it")
+    args, overrides = parser.parse_known_args(argv)
+    init_logging()
+    cfg = load_config(ICTConfig, args.config, overrides)
+    print(train_ict(cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_command("realm ict", main, sys.argv[1:]))

@@ -1,0 +1,146 @@
+"""``realm warmup``: teach a from-scratch encoder to read, on trivial retrievals of the knowledge corpus.
+
+    realm warmup --config configs/warmup/demo.yaml [--train.run_dir=OUT --data.blocks=... --train.max_steps=N ...]
+
+Output: ``OUT/encoder/``, a ``BertForMaskedLM`` with its tokenizer (published by rename with a manifest), which
+pre-training reads through ``train.init_encoder`` (or, as any BERT, ``model.init_from``). Runs that start from a
+pretrained BERT skip this stage: BERT's own pre-training taught it to read. See ``realm.pretrain.reader_warmup``.
+Checkpoints in ``OUT/checkpoints/`` let a stopped run resume exactly (``train.resume``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accelerate import Accelerator
+from torch.utils.data import DataLoader
+
+from realm.core.config import load_config, options_help
+from realm.core.errors import ConfigError, run_command
+from realm.core.logging import init_logging, progress
+from realm.core.tracking import TrackingConfig
+from realm.data.blocks import BlocksInput, BlockStore, load_blocks
+from realm.data.packing import SpecialIds
+from realm.data.tagging import TaggingConfig, build_tagger
+from realm.data.vocab import load_tokenizer
+from realm.models.bert import ModelConfig
+from realm.models.encoder import KnowledgeAugmentedEncoder
+from realm.models.retriever import RetrieverConfig
+from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
+from realm.run.publication import replace_published
+from realm.training.accelerator import build_accelerator
+from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
+from realm.training.optim import OptimConfig, build_optimizer
+from realm.training.sampler import KeyedExamples, StepBatchSampler
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(kw_only=True, slots=True)
+class WarmupLoopConfig(LoopConfig):
+    run_dir: str = "runs/warmup"
+    log_interval: int = 50
+    batch_size: int = 32
+    """Sentences per step, over all processes' micro-batches."""
+
+    def __post_init__(self) -> None:
+        LoopConfig.__post_init__(self)
+        if self.max_steps <= 0:
+            raise ValueError("max_steps must be positive")
+
+
+@dataclass(kw_only=True, slots=True)
+class WarmupConfig:
+    train: WarmupLoopConfig = field(default_factory=WarmupLoopConfig)
+    data: BlocksInput = field(default_factory=BlocksInput)
+    """The knowledge corpus blocks are the only data this stage reads."""
+    model: ModelConfig = field(default_factory=ModelConfig)
+    retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
+    """Only ``max_query_length`` and ``max_block_length`` apply: the reader's input is laid out as in pre-training."""
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    tagging: TaggingConfig = field(default_factory=TaggingConfig)
+
+
+def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> Path:
+    """Runs (or resumes) the reader warm-up and returns the published ``encoder/`` folder."""
+    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir)
+    out_dir = start_job(cfg.train, accelerator, cfg)
+    num_processes = accelerator.num_processes
+    if cfg.train.batch_size % num_processes:
+        raise ConfigError(f"train.batch_size {cfg.train.batch_size} is not divisible by {num_processes} processes")
+    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    special = SpecialIds.of(tokenizer)
+    blocks = load_blocks(cfg.data.blocks)
+    with accelerator.main_process_first():
+        rows = prepare_block_sentences(blocks, tokenizer, build_tagger(cfg.tagging), cfg.retriever.max_query_length)
+    encoder = (
+        KnowledgeAugmentedEncoder.from_pretrained(cfg.model.init_from)
+        if cfg.model.init_from
+        else KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer)))
+    )
+    optimizer, scheduler = build_optimizer(encoder, cfg.optim, cfg.train.max_steps)
+    model, optimizer = accelerator.prepare(encoder, optimizer)
+    loop = TrainingLoop(accelerator, cfg.train, cfg.optim, model, optimizer, scheduler, cfg)
+    loop.resume()
+    sampler = StepBatchSampler(
+        len(rows), cfg.train.batch_size // num_processes, cfg.train.seed, loop.step, accelerator.process_index,
+        num_processes,
+    )  # fmt: skip
+    collator = TrivialRetrievalCollator(
+        special, BlockStore(blocks), cfg.retriever.max_query_length, cfg.retriever.max_block_length, "salient",
+        cfg.train.seed,
+    )  # fmt: skip
+    batches = iterate(DataLoader(KeyedExamples(rows), batch_sampler=sampler, collate_fn=collator))
+    bar = progress(cfg.train.last_step, "reader warm-up", unit="step", initial=loop.step,
+                   enabled=accelerator.is_main_process)  # fmt: skip
+    t0 = time.perf_counter()
+    while not loop.done:
+        batch = next(batches).to(accelerator.device)
+        loss, step_metrics = reader_step(model, batch)
+        accelerator.backward(loss)
+        loop.window.add({"loss": loss, **step_metrics})
+        loop.optimizer_step()
+        bar.update(1)
+        if loop.log_due():
+            plain, _ = loop.log_window("warmup", {"time/elapsed_s": time.perf_counter() - t0})
+            logger.info("warm-up step %d loss %.4f span accuracy %.3f", loop.step, plain["warmup/loss"],
+                        plain["warmup/span_accuracy"])  # fmt: skip
+        if loop.save_due():
+            loop.save()
+    bar.close()
+    loop.close()
+    if collator.num_rejected:
+        logger.info("warm-up: %d block sentences had no salient span to mask (skipped)", collator.num_rejected)
+    final = out_dir / "encoder"
+
+    def save(staging: Path) -> None:
+        accelerator.unwrap_model(model).save_pretrained(staging)
+        tokenizer.save_pretrained(str(staging))
+
+    if loop.step >= cfg.train.max_steps:
+        if accelerator.is_main_process:
+            replace_published(final, save, {"kind": "reader_warmup_encoder", "steps": loop.step})
+        accelerator.wait_for_everyone()
+    return final
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="realm warmup", description=__doc__.splitlines()[0], epilog=options_help(WarmupConfig),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--config", default=None, help="YAML config (configs/warmup/*.yaml); --section.key=value overrides it")
+    args, overrides = parser.parse_known_args(argv)
+    init_logging()
+    cfg = load_config(WarmupConfig, args.config, overrides)
+    print(train_warmup(cfg))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_command("realm warmup", main, sys.argv[1:]))
