@@ -6,7 +6,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers import ROOT
+
 # note: lower layers never import higher ones; pretrain and qa are siblings (neither imports the other)
 LIBRARY_LAYERS = [
     ["realm.core"],

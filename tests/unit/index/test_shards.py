@@ -22,7 +22,7 @@ from realm.index import versions
 from realm.index.embedding import embed_blocks
 from realm.index.mips import IndexConfig
 from realm.run import layout, publication
-from tests.tiny_run import MAX_BLOCK_LENGTH, export_tiny, make_run
+from tests.helpers import MAX_BLOCK_LENGTH, export_tiny, make_run
 
 NUM_BLOCKS = 50
 

@@ -9,7 +9,7 @@ import pytest
 
 from realm.core.config import save_config
 from realm.core.logging import read_metrics
-from tests.integration.conftest import launch_two_processes, run_module, tiny_qa_config
+from tests.helpers import launch_two_processes, run_module, tiny_qa_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 STEPS = 5

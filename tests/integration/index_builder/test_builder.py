@@ -18,9 +18,9 @@ from realm.index import versions
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import Retriever
 from realm.run import layout, publication
-from tests.tiny_run import MAX_BLOCK_LENGTH, export_tiny, make_run
+from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 NUM_BLOCKS = 60
 
 pytestmark = pytest.mark.slow

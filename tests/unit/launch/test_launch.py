@@ -13,8 +13,8 @@ from accelerate.commands.config.config_args import ClusterConfig, load_config_fr
 from accelerate.utils import DistributedType
 
 from realm.training.accelerator import cpu_safe_mixed_precision
+from tests.helpers import ROOT
 
-ROOT = Path(__file__).resolve().parents[2]
 LAUNCH = ROOT / "launch"
 CONFIGS = sorted((LAUNCH / "accelerate").glob("*.yaml"))
 SCRIPTS = sorted([*LAUNCH.glob("*.sh"), *LAUNCH.glob("slurm/*")])

@@ -9,7 +9,7 @@ import pytest
 
 from realm.core.logging import read_metrics
 from realm.run.publication import list_published
-from tests.integration.conftest import ROOT, data_overrides, last_json, run_module, subprocess_env
+from tests.helpers import ROOT, data_overrides, last_json, run_module, subprocess_env
 
 pytestmark = pytest.mark.slow
 TINY = "configs/pretrain/tiny.yaml"

@@ -9,7 +9,7 @@ import pytest
 from finetune.evaluate import main as evaluate_main
 from finetune.train import Finetuner
 from realm.core.errors import run_command
-from tests.integration.conftest import tiny_qa_config as _config
+from tests.helpers import tiny_qa_config as _config
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ from accelerate.state import AcceleratorState
 from realm.core.config import load_config
 from realm.core.logging import read_metrics
 from realm.pretrain.config import PretrainConfig
-from tests.integration.conftest import data_overrides
+from tests.helpers import data_overrides
 from trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow

@@ -27,8 +27,9 @@ from realm.qa.datasets import (
     load_webquestions_stanford,
     parse_target_value,
 )
+from tests.helpers import SHARED_REAL
 
-REAL = Path(__file__).resolve().parents[3] / "shared/data/real"
+REAL = SHARED_REAL
 
 NQ_DEV = REAL / "nq_open/NQ-open.dev.jsonl"
 WQ_STANFORD = REAL / "webquestions/webquestions.examples.test.json"

@@ -11,7 +11,7 @@ import pytest
 from realm.core.logging import read_metrics
 from realm.run.publication import STAGING_PREFIX, list_published, read_manifest
 from realm.training.sampler import StepBatchSampler
-from tests.integration.conftest import last_json, launch_two_processes, run_module
+from tests.helpers import last_json, launch_two_processes, run_module
 
 TINY = "configs/pretrain/tiny.yaml"
 STEPS = 4

@@ -1,6 +1,5 @@
 """Every YAML in configs/ builds its dataclass tree; unknown keys and wrong types are errors that name the key."""
 
-from pathlib import Path
 
 import pytest
 
@@ -9,10 +8,11 @@ from index_builder.build import IndexBuilderConfig
 from realm.core.config import load_config, parse_overrides
 from realm.core.errors import ConfigError
 from realm.pretrain.config import PretrainConfig
+from tests.helpers import ROOT
 from warmstart.ict import ICTConfig
 from warmstart.reader import WarmupConfig
 
-CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+CONFIGS = ROOT / "configs"
 SCHEMAS = {
     "pretrain": PretrainConfig,
     "ict": ICTConfig,

@@ -28,9 +28,9 @@ from realm.index.mips import IndexConfig
 from realm.index.shards import SHARDS_PREFIX, read_marker
 from realm.models.retriever import Retriever
 from realm.run import layout, publication
-from tests.tiny_run import MAX_BLOCK_LENGTH, export_tiny, make_run
+from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 
 pytestmark = [pytest.mark.distributed, pytest.mark.slow]
 

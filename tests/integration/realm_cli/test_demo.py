@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from tests.integration.conftest import run_module
+from tests.helpers import run_module
 
 pytestmark = pytest.mark.slow
 

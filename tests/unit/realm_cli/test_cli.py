@@ -16,8 +16,7 @@ import realm_cli.inspect  # noqa: F401
 from realm.core.config import save_config
 from realm.pretrain.config import PretrainConfig
 from realm_cli.main import COMMANDS, main, resolve
-
-FIXTURES = Path(__file__).parents[1] / "fixtures"
+from tests.helpers import FIXTURES
 
 DOCS = [
     {"id": "d1", "title": "Ada Lovelace", "text": "Ada Lovelace was an English mathematician. She worked with "

@@ -10,7 +10,7 @@ from safetensors.torch import load_file
 from finetune.train import Finetuner
 from realm.core.config import load_config
 from realm.core.logging import read_metrics
-from tests.integration.conftest import tiny_qa_config
+from tests.helpers import tiny_qa_config
 from warmstart.ict import ICTConfig, train_ict
 from warmstart.reader import WarmupConfig, train_warmup
 

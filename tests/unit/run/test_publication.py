@@ -19,9 +19,9 @@ from realm.index import versions
 from realm.index.build import publish_embeddings
 from realm.index.mips import BruteForceIndex, IndexConfig
 from realm.run import layout, publication
-from tests.tiny_run import export_tiny, make_run
+from tests.helpers import ROOT, export_tiny, make_run
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = ROOT
 
 
 # ------------------------------------------------------------------------------------------------ fixtures

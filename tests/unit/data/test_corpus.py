@@ -30,9 +30,9 @@ from realm.data.corpus import (
     read_jsonl,
 )
 from realm.data.vocab import train_wordpiece
+from tests.helpers import FIXTURES, SHARED_REAL
 
-FIXTURES = Path(__file__).parents[1] / "fixtures"
-REAL = Path(__file__).parents[3] / "shared/data/real"
+REAL = SHARED_REAL
 WIKI_SAMPLE = REAL / "wikipedia_passages/sample_data.jsonl"
 
 LONG_SENTENCE = " ".join(f"word{i % 17} and thing{i % 5}, then" for i in range(60))

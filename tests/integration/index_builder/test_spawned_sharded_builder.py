@@ -7,7 +7,7 @@ import psutil
 import pytest
 
 from realm.run.publication import list_published
-from tests.integration.conftest import data_overrides, last_json, run_module
+from tests.helpers import data_overrides, last_json, run_module
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
