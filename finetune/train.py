@@ -12,7 +12,6 @@ metrics go to ``OUT/eval/dev-step-N/``. The model is published to ``OUT/model/``
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -26,7 +25,7 @@ from torch.utils.data import DataLoader
 from finetune.evaluate import write_evaluation
 from finetune.setup import MODEL_DIR, TOKENIZER_DIR, InitConfig, frozen_index, qa_context, starting_point
 from finetune.task import TaskConfig
-from realm.core.config import load_config, options_help, to_dict
+from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, progress
 from realm.core.process_exit import exit_code_after_run
@@ -220,14 +219,8 @@ class Finetuner:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="realm finetune", description=__doc__.splitlines()[0], epilog=options_help(FinetuneConfig),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    parser.add_argument("--config", default=None, help="YAML config (configs/finetune/*.yaml); --section.key=value overrides it")
-    args, overrides = parser.parse_known_args(argv)
+    cfg = config_from_command_line(FinetuneConfig, argv, "realm finetune", __doc__.splitlines()[0])
     init_logging()
-    cfg = load_config(FinetuneConfig, args.config, overrides)
     tuner = Finetuner(cfg)
     print(tuner.train())
     return exit_code_after_run(tuner.accelerator.num_processes, 0)

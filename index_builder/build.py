@@ -17,9 +17,9 @@ rank 0 holds the lock, polls and decides, every rank embeds its shard of the cor
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import threading
@@ -32,8 +32,8 @@ import torch
 
 from index_builder.group import BuilderGroup
 from index_builder.sharded import build_index_version_sharded
-from realm.core.config import load_config, options_help, to_dict
-from realm.core.errors import run_command
+from realm.core.config import config_from_command_line, to_dict
+from realm.core.errors import ConfigError, MissingFileError, run_command
 from realm.core.logging import init_logging
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
@@ -81,6 +81,11 @@ class IndexBuilderConfig:
     """Build the newest export if the index is behind it, then exit."""
     exit_when_done: bool = True
     """Exit once ``RUN/DONE`` exists and the newest export is indexed."""
+    parent_pid: int = 0
+    """The trainer that started this builder (set by the trainer): the builder stops, between batches, as soon as
+    that process is gone, so a killed trainer never leaves an orphan holding the run's lock (0: no parent)."""
+    lock_timeout_s: float = 30.0
+    """How long to wait for the run's builder lock (an orphan of a killed trainer is still stopping) before failing."""
     index: IndexConfig = field(default_factory=IndexConfig)
     """FAISS index built for each version."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -112,6 +117,29 @@ def current_index_step(run_dir: str) -> int:
     version = versions.current_index_version(run_dir)
     manifest = publication.read_manifest(version) if version is not None else None
     return int(manifest["step"]) if manifest is not None else -1
+
+
+_VERIFIED: set[str] = set()
+"""Live versions (``name@created``) whose files this builder has checked; published versions never change."""
+
+
+def remove_if_broken(run_dir: str) -> bool:
+    """Checks the live index version's files against its manifest (once per version) and removes it when they do not
+    match, so the builder rebuilds it instead of trusting a manifest the trainer refuses; True when removed."""
+    version = versions.current_index_version(run_dir)
+    manifest = publication.read_manifest(version) if version is not None else None
+    if manifest is None:
+        return False
+    key = f"{version}@{manifest.get('created')}"
+    if key in _VERIFIED:
+        return False
+    problems = publication.check_files(version, manifest.get("files", {}))
+    if not problems:
+        _VERIFIED.add(key)
+        return False
+    logger.error("live index %s is broken (%s); removing it to rebuild", version, "; ".join(problems))
+    publication.remove_folder(version)
+    return True
 
 
 def _build(
@@ -172,7 +200,7 @@ def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
     with contextlib.ExitStack() as stack:
 
         def take() -> None:
-            stack.enter_context(publication.exclusive_lock(index_dir / LOCK_FILE))
+            stack.enter_context(publication.exclusive_lock(index_dir / LOCK_FILE, timeout_s=cfg.lock_timeout_s))
             for stale in publication.clean_staging(index_dir):
                 logger.info("removed stale staging folder %s", stale)
             # note: finished shards of the newest export, not indexed yet, are what a crashed N-process build leaves
@@ -191,6 +219,7 @@ def _decide(cfg: IndexBuilderConfig, failed_step: int | None) -> tuple:
     # note: read DONE before listing exports; the trainer writes its last export, then DONE.
     done = cfg.exit_when_done and layout.is_done(cfg.run_dir)
     latest = layout.latest_retriever_export(cfg.run_dir)
+    remove_if_broken(cfg.run_dir)
     current = current_index_step(cfg.run_dir)
     if latest is not None and latest[0] > current and latest[0] != failed_step:
         return ("build", latest[0], str(latest[1]), current)
@@ -204,8 +233,13 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
     in which case the error propagates.
     """
     if not cfg.run_dir:
-        raise ValueError("run_dir is not set (pass --run_dir RUN)")
+        raise ConfigError("run_dir is not set (pass --run_dir RUN)")
+    if not Path(cfg.run_dir).is_dir():
+        # note: the trainer creates its run directory; a builder pointed anywhere else would wait forever
+        raise MissingFileError(f"run_dir {cfg.run_dir} does not exist (start the trainer first, or fix the path)")
     stop = stop if stop is not None else threading.Event()
+    if cfg.parent_pid:
+        threading.Thread(target=_watch_parent, args=(cfg.parent_pid, stop), name="parent-watch", daemon=True).start()
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
         faiss.omp_set_num_threads(cfg.num_threads)
@@ -216,6 +250,28 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
         if group.world_size == 1:
             logger.warning("enable_distributed but the launcher started ONE process (see DESIGN.md section 3)")
     return _loop(cfg, stop, group)
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie (a killed parent nobody has reaped yet)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # note: Linux only; elsewhere a zombie parent reads as alive until it is reaped
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def _watch_parent(pid: int, stop: threading.Event, interval_s: float = 0.5) -> None:
+    """Sets ``stop`` once process ``pid`` (the trainer) is gone; the builder then stops like on SIGTERM."""
+    while not stop.wait(interval_s):
+        if not process_alive(pid):
+            logger.error("the trainer (pid %d) that started this builder is gone; stopping", pid)
+            stop.set()
 
 
 def _loop(cfg: IndexBuilderConfig, stop: threading.Event, group: BuilderGroup) -> int:
@@ -249,14 +305,8 @@ def _loop(cfg: IndexBuilderConfig, stop: threading.Event, group: BuilderGroup) -
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="realm index", allow_abbrev=False, description=__doc__, epilog=options_help(IndexBuilderConfig),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    parser.add_argument("--config", default=None, help="YAML file (configs/index/*.yaml); other flags are overrides")
-    args, overrides = parser.parse_known_args(argv)
+    cfg = config_from_command_line(IndexBuilderConfig, argv, "realm index", __doc__)
     init_logging()
-    cfg = load_config(IndexBuilderConfig, args.config, overrides)
     stop = threading.Event()
     # note: the handlers only set a flag; the loop checks it between batches and between polls.
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}

@@ -1,7 +1,7 @@
 """One index build over N builder processes: each rank embeds its shard, rank 0 assembles, indexes and publishes.
 
 1. Rank 0 reads the export (and activates it at once if that version is already published); every rank gets it.
-2. Every rank embeds its contiguous, length-balanced row range into its own shard file (``index_builder/shards.py``),
+2. Every rank embeds its contiguous, length-balanced row range into its own shard file (``realm/index/shards.py``),
    or reuses the shard if a previous run finished it for the same weights.
 3. The ranks exchange reports (all-gather over gloo): ok, cancelled (SIGTERM) or failed with the error.
 4. Rank 0 checks every shard **on disk** against its marker, streams the shards into ``embeddings.npy`` of a staging

@@ -148,3 +148,17 @@ def launch_two_processes(script: str, *args: str, timeout: float = 180) -> subpr
     proc = subprocess.run(["bash", script, *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"launch failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}"
     return proc
+
+
+def builder_pids(run_dir: Path) -> list[int]:
+    """Live (non-zombie) processes running the builder on ``run_dir``."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError, ValueError):
+            continue
+        if b"index_builder.build" in cmdline and f"--run_dir={run_dir}".encode() in cmdline and state != "Z":
+            pids.append(int(proc.name))
+    return pids

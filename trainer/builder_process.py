@@ -1,13 +1,19 @@
-"""The index builder as the trainer's child process: its command line and a launcher-free environment."""
+"""The index builder as the trainer's child process: its command line, a launcher-free environment, and its life
+(started with the run, restarted when it dies, stopped with the run, and stopping itself if the trainer dies)."""
 
 from __future__ import annotations
 
+import logging
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from realm.core.tracking import TrackingConfig, resolve_run_name
 from realm.pretrain.refresh import RefreshConfig
+
+logger = logging.getLogger(__name__)
 
 # note: what a launcher sets for the processes it starts (torchrun, accelerate launch); a child builder that
 # inherited them would try to join the trainer's process group (or torchrun would read them as its own)
@@ -49,6 +55,7 @@ def builder_command(
     *,
     parent_env: Mapping[str, str] | None = None,
     python: str = sys.executable,
+    parent_pid: int = 0,
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of the child builder (nothing is started).
 
@@ -74,5 +81,68 @@ def builder_command(
         cmd.append("--device=cuda")
     if cfg.builder_precision:
         cmd.append(f"--precision={cfg.builder_precision}")
+    if parent_pid:
+        cmd.append(f"--parent_pid={parent_pid}")  # note: every builder rank stops when the trainer is gone
     env = builder_env(os.environ if parent_env is None else parent_env, str(cfg.builder_devices))
     return [*cmd, *extra_args], env
+
+
+def tracking_args(tracking: TrackingConfig, run_dir: Path) -> list[str]:
+    """The child builder joins the trainer's W&B group."""
+    return [
+        f"--tracking.report_to={tracking.report_to}",
+        f"--tracking.project={tracking.project}",
+        f"--tracking.run_name={resolve_run_name(tracking, run_dir)}",
+        f"--tracking.wandb_mode={tracking.wandb_mode}",
+    ]
+
+
+class ChildBuilder:
+    """The builder process(es) of a single-machine run, owned by the trainer's main process. Its output goes to
+    ``RUN/builder.log``; it gets the trainer's pid, so it stops by itself if the trainer is killed."""
+
+    def __init__(self, cfg: RefreshConfig, run_dir: Path, extra_args: Sequence[str], num_trainers: int) -> None:
+        self.cfg, self.run_dir, self.extra_args, self.num_trainers = cfg, Path(run_dir), list(extra_args), num_trainers
+        self.process: subprocess.Popen | None = None
+        self.restarts = 0
+
+    def start(self) -> None:
+        log = open(self.run_dir / "builder.log", "a")
+        cmd, env = builder_command(self.cfg, self.run_dir, self.extra_args, parent_pid=os.getpid())
+        self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+        logger.info(
+            "started index builder (pid %d, %d process(es)%s), log in %s",
+            self.process.pid,
+            self.cfg.builder_num_processes,
+            f" on GPU(s) {self.cfg.builder_devices}" if self.cfg.builder_devices else "",
+            self.run_dir / "builder.log",
+        )
+
+    def exit_code(self) -> int | None:
+        """None while it runs (or before it starts)."""
+        return None if self.process is None else self.process.poll()
+
+    def check(self) -> None:
+        """A builder that died is reported and restarted (``builder_restarts`` times at most); past that the run
+        stops on one trainer process (with several, their next wait for an index reports it on all of them)."""
+        code = self.exit_code()
+        if code is None:
+            return
+        log = self.run_dir / "builder.log"
+        if self.restarts >= self.cfg.builder_restarts:
+            message = f"the index builder exited with code {code} (restarted {self.restarts} times already)"
+            if self.num_trainers == 1:
+                raise RuntimeError(f"{message}; see {log}")
+            logger.error("%s; see %s", message, log)
+            return
+        logger.error("the index builder exited with code %d; restarting it (see %s)", code, log)
+        self.restarts += 1
+        self.start()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()

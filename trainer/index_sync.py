@@ -79,9 +79,16 @@ class IndexSync:
             return local
         return self.accelerator.gather(local.to(self.accelerator.device)).cpu()
 
-    def _take_loaded(self, published: PublishedIndex | None = None) -> int:
-        """Keeps the newest version the watcher has loaded as ``pending``; returns its step (-1: none pending)."""
+    def _take_loaded(self, step: int, published: PublishedIndex | None = None) -> int:
+        """Keeps the newest version the watcher has loaded as ``pending``; returns its step (-1: none pending).
+
+        A version built from weights after ``step`` (a killed run's export, published by a builder that outlived it)
+        is never used: an uninterrupted run could not have had it, so a resumed run must not either.
+        """
         published = published if published is not None else self.watcher.take()
+        if published is not None and published.step > step:
+            logger.warning("ignoring index v%d: built from weights after this run's step %d", published.step, step)
+            published = None
         newest = max(self.pending.step if self.pending else -1, self.index.step if self.index else -1)
         if published is not None and published.step > newest:
             self.pending = published
@@ -93,13 +100,6 @@ class IndexSync:
         if version < max(min_step, 0) or not bool((held == version).all()):
             return False
         published, self.pending = self.pending, None
-        if published.step > step:
-            logger.warning(
-                "index v%d was built from weights after this run's step %d (a run resumed from an "
-                "earlier checkpoint); it is used until the next refresh",
-                published.step,
-                step,
-            )
         self.index = published
         self.totals.num_index_refreshes += 1
         logger.info("step %d: swapped in index v%d (staleness %d)", step, published.step, step - published.step)
@@ -122,9 +122,9 @@ class IndexSync:
         start = time.perf_counter()
         want = min_step
         while True:
-            held = self._take_loaded()
+            held = self._take_loaded(step)
             if held < want:
-                held = self._take_loaded(self.watcher.wait_for(want, timeout_s=1.0))
+                held = self._take_loaded(step, self.watcher.wait_for(want, timeout_s=1.0))
             # note: a process that holds what it needs does not give up, e.g. on a builder that published it and exited
             timed_out = time.perf_counter() - start > timeout_s
             problem = self._wait_problem(timed_out) if held < want else _KEEP_WAITING
@@ -149,7 +149,7 @@ class IndexSync:
 
     def maybe_swap(self, step: int, max_staleness: int, timeout_s: float) -> None:
         """Between steps: swap in a newer index once every process has it; block only past ``max_staleness``."""
-        self._swap_if_agreed(self.gather_ints(self._take_loaded())[:, 0], step)
+        self._swap_if_agreed(self.gather_ints(self._take_loaded(step))[:, 0], step)
         staleness = step - self.index.step
         if staleness > max_staleness:
             # note: every process takes this branch together (same step, same index); the target is the main

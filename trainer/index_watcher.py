@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 
 from realm.index.mips import IndexConfig
-from realm.index.versions import PublishedIndex, current_index_version, load_index_version
+from realm.index.versions import IndexVersionError, PublishedIndex, current_index_version, load_index_version
 from realm.run.publication import read_manifest
 
 logger = logging.getLogger(__name__)
@@ -27,6 +27,8 @@ class IndexWatcher:
         poll_interval_s: seconds between looks at CURRENT.
         index_cfg: search parameters (nprobe, efSearch) applied to each loaded index.
         verify: recompute file checksums when loading (sizes are always checked).
+        corpus_fingerprint: the trainer's own blocks (``realm.index.build.blocks_fingerprint``); a version built over
+            other blocks is refused, since its row ids would name the wrong blocks.
     """
 
     def __init__(
@@ -36,6 +38,7 @@ class IndexWatcher:
         *,
         index_cfg: IndexConfig | None = None,
         verify: bool = True,
+        corpus_fingerprint: str | None = None,
     ) -> None:
         if poll_interval_s <= 0:
             raise ValueError(f"poll_interval_s must be positive, got {poll_interval_s}")
@@ -43,6 +46,7 @@ class IndexWatcher:
         self.poll_interval_s = poll_interval_s
         self.index_cfg = index_cfg
         self.verify = verify
+        self.corpus_fingerprint = corpus_fingerprint
         # note: one Condition guards the mailbox and the closed flag; waiting on it never spins.
         self._cond = threading.Condition()
         self._mailbox: PublishedIndex | None = None
@@ -105,6 +109,12 @@ class IndexWatcher:
             return
         try:
             published = load_index_version(version, verify=self.verify, cfg=self.index_cfg)
+            found = published.manifest.get("corpus_fingerprint")
+            if self.corpus_fingerprint is not None and found != self.corpus_fingerprint:
+                raise IndexVersionError(
+                    f"{version}: built over other blocks (corpus fingerprint {found}, the trainer's data.blocks "
+                    f"have {self.corpus_fingerprint})"
+                )
         except Exception as err:  # note: a bad version must never kill the thread; keep the last good index
             logger.warning("skipping index version %s: %s", version.name, err)
             self._failed.add(key)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import itertools
 import logging
-import subprocess
 import time
 from pathlib import Path
 
@@ -18,11 +17,12 @@ from accelerate import Accelerator
 
 from realm.core.config import to_dict
 from realm.core.logging import progress
-from realm.core.tracking import init_trackers, resolve_run_name
+from realm.core.tracking import init_trackers
 from realm.data.blocks import BlockStore, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
-from realm.index.versions import PublishedIndex
+from realm.index.build import blocks_fingerprint
+from realm.index.versions import PublishedIndex, discard_after
 from realm.models.encoder import KnowledgeAugmentedEncoder
 from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS, Retriever, RetrieverConfig
 from realm.pretrain.batch import RealmBatch
@@ -39,7 +39,7 @@ from realm.run.publication import clean_staging
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import TrainingLoop, iterate, start_job
 from realm.training.optim import build_optimizer
-from trainer.builder_process import builder_command
+from trainer.builder_process import ChildBuilder, tracking_args
 from trainer.index_sync import IndexSync, RunTotals
 from trainer.index_watcher import IndexWatcher
 
@@ -111,14 +111,18 @@ class Trainer:
         self.retrieve_s = 0.0
         """Seconds spent attaching candidates in the current log window."""
         init_trackers(self.accelerator, cfg.tracking, self.run_dir, to_dict(cfg))
-        self.watcher = IndexWatcher(self.run_dir, cfg.refresh.poll_interval_s)
-        self.builder: subprocess.Popen | None = None
+        self.watcher = IndexWatcher(
+            self.run_dir, cfg.refresh.poll_interval_s, corpus_fingerprint=blocks_fingerprint(self.store.blocks)
+        )
+        self.builder = ChildBuilder(
+            cfg.refresh, self.run_dir, tracking_args(cfg.tracking, self.run_dir), self.num_processes
+        ) if cfg.refresh.spawn_builder and self.accelerator.is_main_process else None  # fmt: skip
         self.sync = IndexSync(
             self.run_dir,
             self.accelerator,
             self.watcher,
             self.totals,
-            builder_exit_code=lambda: self.builder.poll() if self.builder is not None else None,
+            builder_exit_code=lambda: self.builder.exit_code() if self.builder is not None else None,
         )
         self._start_wall, self._wall_before = time.perf_counter(), self.totals.wall_s  # reset by run()
 
@@ -152,34 +156,9 @@ class Trainer:
                     else self.cfg.data.tokenizer
                 ),
                 max_block_length=self.cfg.retriever.max_block_length,
+                keep=self.cfg.refresh.keep_exports,
             )
             self.totals.num_exports += 1
-
-    def start_builder(self) -> None:
-        """The single-machine mode: the builder as a child process sharing this run directory (main process only;
-        with ``builder_num_processes`` > 1, a torchrun of N builder processes in a process group of their own)."""
-        if not (self.cfg.refresh.spawn_builder and self.accelerator.is_main_process):
-            return
-        log = open(self.run_dir / "builder.log", "a")
-        cmd, env = builder_command(self.cfg.refresh, self.run_dir, self._builder_tracking_args())
-        self.builder = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
-        logger.info(
-            "started index builder (pid %d, %d process(es)%s), log in %s",
-            self.builder.pid,
-            self.cfg.refresh.builder_num_processes,
-            f" on GPU(s) {self.cfg.refresh.builder_devices}" if self.cfg.refresh.builder_devices else "",
-            self.run_dir / "builder.log",
-        )
-
-    def _builder_tracking_args(self) -> list[str]:
-        """The child builder joins this run's W&B group."""
-        t = self.cfg.tracking
-        return [
-            f"--tracking.report_to={t.report_to}",
-            f"--tracking.project={t.project}",
-            f"--tracking.run_name={resolve_run_name(t, self.run_dir)}",
-            f"--tracking.wandb_mode={t.wandb_mode}",
-        ]
 
     # ------------------------------------------------------------------------------------------- loop
 
@@ -189,11 +168,13 @@ class Trainer:
         if self.accelerator.is_main_process:
             clear_done(self.run_dir)
             clean_staging(retriever_dir(self.run_dir))  # exports a crashed trainer left half-written
+            discard_after(self.run_dir, self.step)  # exports and indexes a killed run made after this checkpoint
         # note: a resumed run keeps the exports it made on schedule (re-exporting at the resume step would give it
         # an index the uninterrupted run never had); only a fresh run needs its initial export.
         if latest_retriever_export(self.run_dir) is None:
             self.export_retriever()
-        self.start_builder()
+        if self.builder is not None:
+            self.builder.start()
         self.watcher.start()
         logger.info(
             "training on %d process(es) x batch %d x %d micro-batch(es) = global batch %d (%s, mixed precision %s)",
@@ -224,6 +205,8 @@ class Trainer:
             cfg.train.last_step, "training", unit="step", initial=self.step, enabled=self.accelerator.is_main_process
         )
         while not self.loop.done:
+            if self.builder is not None:
+                self.builder.check()
             self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s)
             batch, out = self.optimizer_step(list(itertools.islice(micro_batches, cfg.train.grad_accum_steps)))
             bar.update(1)
@@ -374,9 +357,5 @@ class Trainer:
         self.accelerator.end_training()  # finishes trackers (writes the offline W&B run)
         if self.accelerator.is_main_process:
             mark_done(self.run_dir)
-        if self.builder is not None and self.builder.poll() is None:
-            self.builder.terminate()
-            try:
-                self.builder.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.builder.kill()
+        if self.builder is not None:
+            self.builder.stop()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import sys
 
-from realm.core.config import load_config, options_help
+from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
 from realm.core.process_exit import exit_code_after_run
@@ -19,13 +18,9 @@ logger = logging.getLogger(__name__)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="realm train", description="REALM pre-training (the trainer process).",
-        epilog=options_help(PretrainConfig), formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    parser.add_argument("--config", required=True, help="YAML file of a PretrainConfig; --section.key=value overrides it")
-    args, overrides = parser.parse_known_args(argv)
-    cfg = load_config(PretrainConfig, args.config, overrides)
+    cfg = config_from_command_line(
+        PretrainConfig, argv, "realm train", "REALM pre-training (the trainer process).", config_required=True
+    )
     accelerator = build_accelerator(cfg.tracking, cfg.train.run_dir)
     init_logging(accelerator.is_main_process)
     trainer = Trainer(cfg, accelerator)

@@ -9,7 +9,6 @@ exactly (``train.resume``), as every training job does (``realm.training.loop``)
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -21,7 +20,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from realm.core.config import load_config, options_help
+from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
 from realm.core.tracking import TrackingConfig
@@ -162,14 +161,8 @@ def _global_blocks(accelerator: Accelerator, block: torch.Tensor) -> tuple[torch
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="realm ict", description=__doc__.splitlines()[0], epilog=options_help(ICTConfig),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    parser.add_argument("--config", default=None, help="YAML config (configs/ict/*.yaml); --section.key=value overrides it")
-    args, overrides = parser.parse_known_args(argv)
+    cfg = config_from_command_line(ICTConfig, argv, "realm ict", __doc__.splitlines()[0])
     init_logging()
-    cfg = load_config(ICTConfig, args.config, overrides)
     print(train_ict(cfg))
     return 0
 

@@ -10,7 +10,6 @@ Checkpoints in ``OUT/checkpoints/`` let a stopped run resume exactly (``train.re
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 import time
@@ -20,7 +19,7 @@ from pathlib import Path
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from realm.core.config import load_config, options_help
+from realm.core.config import config_from_command_line
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, progress
 from realm.core.tracking import TrackingConfig
@@ -130,14 +129,8 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="realm warmup", description=__doc__.splitlines()[0], epilog=options_help(WarmupConfig),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    parser.add_argument("--config", default=None, help="YAML config (configs/warmup/*.yaml); --section.key=value overrides it")
-    args, overrides = parser.parse_known_args(argv)
+    cfg = config_from_command_line(WarmupConfig, argv, "realm warmup", __doc__.splitlines()[0])
     init_logging()
-    cfg = load_config(WarmupConfig, args.config, overrides)
     print(train_warmup(cfg))
     return 0
 

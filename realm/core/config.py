@@ -7,6 +7,7 @@ dataclasses, rejecting unknown keys and mismatched types with a message that nam
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import types
 import typing
@@ -154,12 +155,17 @@ def _parse_scalar(raw: str) -> Any:
     return value
 
 
-def merge(base: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
-    """Recursively merges ``update`` into a copy of ``base``."""
+def merge(base: dict[str, Any], update: dict[str, Any], where: str = "config") -> dict[str, Any]:
+    """Recursively merges ``update`` into a copy of ``base``; a section on one side and a scalar on the other is an
+    error (``train: 5`` in a file must not be silently replaced by an override's section and its defaults)."""
     out = dict(base)
     for key, value in update.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = merge(out[key], value)
+        old = out.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            out[key] = merge(old, value, f"{where}.{key}")
+        elif old is not None and isinstance(value, dict) != isinstance(old, dict):
+            scalar = old if isinstance(value, dict) else value
+            raise ConfigError(f"{where}.{key}: expected a section (a mapping), got {scalar!r}")
         else:
             out[key] = value
     return out
@@ -195,8 +201,9 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     data = read_yaml(path) if path is not None else {}
     if isinstance(overrides, list):
         overrides = parse_overrides(overrides)
-    data = merge(data, overrides or {})
-    return from_dict(cls, data, where=str(path) if path else "config")
+    where = str(path) if path else "config"
+    data = merge(data, overrides or {}, where)
+    return from_dict(cls, data, where=where)
 
 
 def save_config(config: Any, path: str | Path) -> None:
@@ -221,3 +228,17 @@ def options_help(cls: type) -> str:
 
     walk(cls(), "")
     return "\n".join(lines)
+
+
+def config_from_command_line(cls: type[T], argv: list[str] | None, prog: str, description: str, *,
+                             config_required: bool = False) -> T:  # fmt: skip
+    """The one option style of every job and process: ``--config FILE.yaml`` plus ``--section.key=value`` overrides,
+    with ``--help`` listing every key and its default."""
+    parser = argparse.ArgumentParser(
+        prog=prog, description=description, epilog=options_help(cls), allow_abbrev=False,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )  # fmt: skip
+    parser.add_argument("--config", default=None, required=config_required,
+                        help="YAML config (see configs/); --section.key=value overrides any of its keys")  # fmt: skip
+    args, overrides = parser.parse_known_args(argv)
+    return load_config(cls, args.config, overrides)

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 
 import torch
 
+from realm.core.atomic import write_text_atomic
+
 _FORMAT = "%(asctime)s [realm %(name)s] %(levelname)s %(message)s"
 
 
@@ -40,29 +42,69 @@ def _plain(value: Any) -> Any:
 
 
 class MetricsLogger:
-    """Appends ``{"step": n, **metrics}`` lines to a jsonl file and forwards them to accelerate's trackers."""
+    """Appends ``{"step": n, **metrics}`` lines to a jsonl file and forwards them to accelerate's trackers.
+
+    Each record is one ``write`` of a whole line to a file opened for appending, so a kill can tear at most the last
+    line; a torn tail found when the file is opened is cut off (with a warning) rather than glued to the next record.
+    """
 
     def __init__(self, path: str | Path | None, accelerator: Any = None) -> None:
         self.path = Path(path) if path else None
         self.accelerator = accelerator
-        self._file = None
+        self._fd: int | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")
+            _cut_torn_tail(self.path)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def log(self, metrics: Mapping[str, Any], step: int) -> dict[str, Any]:
         plain = {k: _plain(v) for k, v in metrics.items()}
-        if self._file is not None:
-            self._file.write(json.dumps({"step": step, **plain}) + "\n")
-            self._file.flush()
+        if self._fd is not None:
+            os.write(self._fd, (json.dumps({"step": step, **plain}) + "\n").encode())
         if self.accelerator is not None and self.accelerator.trackers:
             self.accelerator.log(plain, step=step)
         return plain
 
+    def drop_after(self, step: int) -> int:
+        """Removes the records of steps after ``step`` (what a killed run logged past the checkpoint a resumed run
+        starts from, which the resumed run logs again); returns how many were removed."""
+        if self.path is None or not self.path.is_file():
+            return 0
+        lines = self.path.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines if (found := _record_step(line)) is not None and found <= step]
+        if len(kept) < len(lines):
+            write_text_atomic(self.path, "".join(kept))
+            os.close(self._fd)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+            logging.getLogger(__name__).info(
+                "%s: removed %d record(s) after step %d (logged again by this run)", self.path, len(lines) - len(kept), step
+            )
+        return len(lines) - len(kept)
+
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def _record_step(line: str) -> int | None:
+    try:
+        return int(json.loads(line).get("step", 0))
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def _cut_torn_tail(path: Path) -> None:
+    """Truncates a last line that a kill left without its newline (or that does not parse)."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    end = data.rfind(b"\n") + 1
+    tail = data[end:]
+    if tail:
+        with open(path, "r+b") as f:
+            f.truncate(end)
+        logging.getLogger(__name__).warning("%s: cut a torn last line (%d bytes) left by a killed run", path, len(tail))
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

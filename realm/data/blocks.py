@@ -253,14 +253,23 @@ def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBa
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stats = CorpusStats()
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.cache-", dir=out_dir.parent) as cache_dir:
-        blocks = build_blocks(
-            read_documents(cfg, stats),
-            tokenizer,
-            cfg.max_block_length,
-            max_title_length=cfg.max_title_length,
-            cache_dir=cache_dir,
-            stats=stats,
-        )
+        try:
+            blocks = build_blocks(
+                read_documents(cfg, stats),
+                tokenizer,
+                cfg.max_block_length,
+                max_title_length=cfg.max_title_length,
+                cache_dir=cache_dir,
+                stats=stats,
+            )
+        except ValueError as err:
+            if isinstance(err, DataFileError) or stats.num_documents:
+                raise
+            # note: datasets refuses to build an empty table ("corresponds to no data"); say why it is empty
+            raise DataFileError(
+                f"{cfg.path}: no documents to cut into blocks ({stats.num_records} records read, "
+                f"{stats.num_malformed} malformed and {stats.num_empty} empty skipped)"
+            ) from None
         save_blocks(blocks, out_dir, stats=stats, overwrite=True)
         del blocks
     return out_dir

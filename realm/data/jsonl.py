@@ -18,16 +18,23 @@ def iter_jsonl(path: str | Path, on_error: Callable[[str, str], None] | None = N
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"file not found: {path}")
-    with path.open(encoding="utf-8") as lines:
-        for line_number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
+    # note: bytes in, decoded line by line, so a byte that is not UTF-8 is reported with its line, not as a
+    # UnicodeDecodeError at a byte offset of the whole file
+    with path.open("rb") as lines:
+        for line_number, raw in enumerate(lines, start=1):
             where = f"{path}:{line_number}"
             try:
-                record = json.loads(line)
-                reason = None if isinstance(record, dict) else f"expected a JSON object, got {type(record).__name__}"
-            except json.JSONDecodeError as err:
-                reason = f"invalid JSON ({err})"
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                line, reason = "", f"not UTF-8 (byte {err.start + 1} of the line is {raw[err.start]:#04x})"
+            else:
+                if not line.strip():
+                    continue
+                try:
+                    record = json.loads(line)
+                    reason = None if isinstance(record, dict) else f"expected a JSON object, got {type(record).__name__}"
+                except json.JSONDecodeError as err:
+                    reason = f"invalid JSON ({err})"
             if reason is None:
                 yield where, record
             elif on_error is None:

@@ -212,10 +212,17 @@ def load_jsonl_dataset(path: str | Path, *, cache_dir: str | Path | None = None)
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        DataFileError: A line is not a JSON object, or the file cannot be turned into a table.
+        DataFileError: A line is not UTF-8 or not a JSON object, lacks a string ``text``, or the file cannot be turned
+            into a table.
     """
     path = Path(path)
-    num_records = sum(1 for _ in iter_jsonl(path))
+    num_records = 0
+    for where, record in iter_jsonl(path):
+        # note: checked here, with the line, rather than met as a TypeError deep in the preparation map
+        if not isinstance(record.get("text"), str):
+            found = "missing" if "text" not in record else f"{type(record['text']).__name__}, not a string"
+            raise DataFileError(f"{where}: field 'text' is {found}")
+        num_records += 1
     if num_records == 0:
         raise DataFileError(f"{path}: no records")
     try:

@@ -43,10 +43,12 @@ def check_precision(precision: str, name: str = "precision", allow_empty: bool =
 
 
 def load_doc_embedder(export_path: Path, device: str, precision: str = "fp32") -> Embedder:
-    """The export's document embedder on ``device``, its weights cast to ``precision`` for inference."""
+    """The export's document embedder on ``device``, its weights cast to ``precision`` for inference; an export whose
+    weights do not match its manifest's checksum is refused (``RunError``)."""
     # note: casting the weights (rather than autocasting an fp32 model) is what half-precision inference wants: no
     # per-op casts, half the weight traffic. The index only chooses candidates; the trainer re-scores them live.
     check_precision(precision)
+    layout.check_export(export_path)
     return Retriever.from_pretrained(export_path).doc_embedder.to(device=device, dtype=PRECISIONS[precision])
 
 

@@ -6,8 +6,8 @@ small corpora. ``FaissIndex`` wraps any FAISS factory string built with ``METRIC
 scores best first, and clamp ``k`` to the number of indexed vectors (so the result has ``min(k, N)`` columns).
 
 With faiss-gpu (``faiss.get_num_gpus() > 0``), IVF indexes train and fill on the GPUs and a loaded index can be
-searched sharded over all GPUs (``realm/index_gpu.py``); ``memory_budget_gb`` chooses between exact and compressed
-(``realm/index_budget.py``). With faiss-cpu nothing of that runs and the CPU path is unchanged.
+searched sharded over all GPUs (``realm/index/gpu.py``); ``memory_budget_gb`` chooses between exact and compressed
+(``realm/index/budget.py``). With faiss-cpu nothing of that runs and the CPU path is unchanged.
 """
 
 from __future__ import annotations

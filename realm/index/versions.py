@@ -5,6 +5,7 @@ the ``CURRENT`` pointer to the live one, and loading a version after checking it
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,19 +17,23 @@ from torch import Tensor
 
 from realm.core.errors import UserError
 from realm.index.mips import FaissIndex, IndexConfig
-from realm.run.layout import INDEX_PREFIX, index_dir
+from realm.run.layout import INDEX_PREFIX, RETRIEVER_PREFIX, index_dir, retriever_dir
 from realm.run.publication import (
     CURRENT,
     MANIFEST,
     check_files,
     file_entries,
     folder_name,
+    list_published,
     now_iso,
     publish_folder,
     read_manifest,
     read_pointer,
+    remove_folder,
     write_pointer,
 )
+
+logger = logging.getLogger(__name__)
 
 EMBEDDINGS_FILE = "embeddings.npy"
 FAISS_FILE = "index.faiss"
@@ -92,8 +97,16 @@ def set_current_index(run_dir: str | Path, version: Path) -> None:
 
 def current_index_version(run_dir: str | Path) -> Path | None:
     """The folder ``index/CURRENT`` names, or None when no index has been published yet."""
-    name = read_pointer(index_dir(run_dir) / CURRENT)
-    return None if name is None else index_dir(run_dir) / name
+    pointer = index_dir(run_dir) / CURRENT
+    name = read_pointer(pointer)
+    if name is None:
+        return None
+    if name != Path(name).name or not name.startswith(INDEX_PREFIX):
+        # note: CURRENT is written by set_current_index as a bare folder name; anything else (an absolute path, a
+        # path out of the run) is not followed, so the run reads as having no live index and the builder rebuilds
+        logger.error("%s names %r, not a version folder inside %s; ignored", pointer, name, index_dir(run_dir))
+        return None
+    return index_dir(run_dir) / name
 
 
 @dataclass(slots=True)
@@ -154,3 +167,29 @@ def load_index_version(path: Path, verify: bool = True, cfg: IndexConfig | None 
             f"manifest says {expected[0]} x {expected[1]}"
         )
     return PublishedIndex(step=int(manifest["step"]), path=path, index=index, manifest=manifest, block_ids=block_ids)
+
+
+def discard_after(run_dir: str | Path, step: int) -> list[Path]:
+    """Removes the retriever exports and index versions of steps after ``step`` and returns them.
+
+    They are what a killed run published past the checkpoint a resumed run starts from; the resumed run exports
+    those steps again from its own weights, as an uninterrupted run would have. ``CURRENT`` is moved back first to
+    the newest version that stays (or removed), so it never names a removed folder. Call from the trainer's main
+    process before its builder starts.
+    """
+    removed = []
+    kept = [(s, p) for s, p in list_published(index_dir(run_dir), INDEX_PREFIX) if s <= step]
+    current = current_index_version(run_dir)
+    if current is not None and (read_manifest(current) or {}).get("step", -1) > step:
+        if kept:
+            set_current_index(run_dir, kept[-1][1])
+        else:
+            (index_dir(run_dir) / CURRENT).unlink(missing_ok=True)
+    for parent, prefix in ((index_dir(run_dir), INDEX_PREFIX), (retriever_dir(run_dir), RETRIEVER_PREFIX)):
+        for found, path in list_published(parent, prefix):
+            if found > step:
+                remove_folder(path)
+                removed.append(path)
+    if removed:
+        logger.warning("removed %d export(s)/index version(s) after step %d left by a killed run", len(removed), step)
+    return removed

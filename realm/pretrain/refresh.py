@@ -39,10 +39,17 @@ class RefreshConfig:
     bf16 roughly doubles the refresh rate (``index_builder.build.IndexBuilderConfig.precision``)."""
     initial_index_timeout_s: float = 600.0
     """How long to wait for the first index before giving up with an error."""
+    builder_restarts: int = 2
+    """How many times the trainer restarts a child builder that died before it stops the run."""
+    keep_exports: int = 3
+    """Retriever exports kept in ``RUN/retriever/`` (older ones are pruned like checkpoints, so exports do not pile
+    up when no builder consumes them; the builder only ever builds the newest)."""
 
     def __post_init__(self) -> None:
         if self.refresh_interval <= 0:
             raise ValueError(f"refresh_interval must be positive, got {self.refresh_interval}")
+        if self.keep_exports < 1:
+            raise ValueError(f"keep_exports must be >= 1, got {self.keep_exports}")
         if self.max_staleness < 0:
             raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
         check_precision(self.builder_precision, "builder_precision", allow_empty=True)

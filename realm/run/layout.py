@@ -24,11 +24,15 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from realm.core.errors import RunError
 from realm.run.publication import (
+    check_files,
+    file_entries,
     folder_name,
     list_published,
     new_staging,
     now_iso,
+    prune,
     publish_folder,
     read_manifest,
     remove_folder,
@@ -93,10 +97,11 @@ def export_retriever(
     blocks_path: str,
     tokenizer_path: str,
     max_block_length: int,
+    keep: int = 0,
 ) -> Path:
     """Publishes ``retriever/step-{step:08d}``: everything the builder needs to re-embed the corpus.
 
-    Call from the main process only. Re-exporting a step (after a resume) with identical doc-embedder weights
+    Call from the main process only. With ``keep``, only the newest ``keep`` exports stay. Re-exporting a step (after a resume) with identical doc-embedder weights
     returns the existing folder; with different weights the old export is replaced (an index already built from it
     keeps its own ``weights_sha256``).
     """
@@ -121,12 +126,32 @@ def export_retriever(
             "tokenizer": tokenizer,
             "max_block_length": max_block_length,
             "weights_sha256": weights,
+            "files": file_entries(staging, sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())),
             "created": now_iso(),
         }
-        return publish_folder(staging, final, manifest)
+        published = publish_folder(staging, final, manifest)
+        if keep:
+            prune(parent, RETRIEVER_PREFIX, keep)
+        return published
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def check_export(path: str | Path) -> None:
+    """Raises ``RunError`` unless ``path`` is a published export whose document weights match its ``weights_sha256``."""
+    manifest = read_manifest(Path(path))
+    if manifest is None:
+        raise RunError(f"{path}: not a published retriever export (no readable manifest)")
+    try:
+        found = _weights_sha256(Path(path) / "doc")
+    except OSError as err:
+        raise RunError(f"{path}: cannot read the exported weights: {err}") from err
+    if found != manifest.get("weights_sha256"):
+        raise RunError(f"{path}: document weights do not match the export's weights_sha256 (corrupt export); not used")
+    problems = check_files(Path(path), manifest.get("files", {}))
+    if problems:
+        raise RunError(f"{path}: {'; '.join(problems)} (corrupt export); not used")
 
 
 def latest_retriever_export(run_dir: str | Path) -> tuple[int, Path, dict[str, Any]] | None:

@@ -211,19 +211,26 @@ def check_files(folder: Path, entries: dict[str, dict[str, Any]], verify_checksu
 
 
 @contextlib.contextmanager
-def exclusive_lock(path: Path) -> Iterator[None]:
-    """Holds an exclusive ``flock`` on ``path`` (released by the kernel even on SIGKILL).
+def exclusive_lock(path: Path, timeout_s: float = 0.0) -> Iterator[None]:
+    """Holds an exclusive ``flock`` on ``path`` (released by the kernel when its holder dies, even on SIGKILL).
 
-    Raises ``RuntimeError`` at once if another process holds it: two writers of one folder would clean each
-    other's staging folders.
+    Raises ``RuntimeError`` if another process still holds it after ``timeout_s``: two writers of one folder would
+    clean each other's staging folders. The wait covers a holder that is shutting down (an orphaned builder).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    deadline = time.monotonic() + timeout_s
     with open(path, "a") as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f"{path} is locked by another process (is another index builder running?)") from None
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise RuntimeError(
+                        f"{path} is locked by another process (is another index builder running?)"
+                    ) from None
+                time.sleep(0.2)
         try:
             yield
         finally:

@@ -18,16 +18,19 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.config import save_config
-from realm.core.errors import MissingFileError
+from realm.core.errors import MissingFileError, RunError
 from realm.run.layout import CHECKPOINT_PREFIX, checkpoints_dir
 from realm.run.publication import (
     STAGING_PREFIX,
+    check_files,
+    file_entries,
     folder_name,
-    latest_published,
+    list_published,
     now_iso,
     prune,
     publish_folder,
     read_manifest,
+    remove_folder,
 )
 
 logger = logging.getLogger(__name__)
@@ -46,6 +49,11 @@ def save_checkpoint(
     if accelerator.is_main_process:
         parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(staging, ignore_errors=True)  # a leftover of a crash at this very step
+        if final.exists() and read_manifest(final) is None:
+            # note: a folder of this step without a readable manifest was never published (a torn manifest or a kill
+            # mid-rename): garbage that would otherwise block the rename below on every rerun
+            logger.warning("removing %s: an unpublished checkpoint folder left by a killed run", final)
+            remove_folder(final)
         staging.mkdir()
     accelerator.wait_for_everyone()
     accelerator.save_state(str(staging))
@@ -54,23 +62,44 @@ def save_checkpoint(
         (staging / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
         (staging / SCHEDULER_STATE).write_text(json.dumps(scheduler.state_dict(), indent=2))
         save_config(config, staging / "config.yaml")
-        publish_folder(staging, final, {"step": step, "created": now_iso(), "kind": "checkpoint"})
+        names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+        manifest = {"step": step, "created": now_iso(), "kind": "checkpoint", "files": file_entries(staging, names)}
+        publish_folder(staging, final, manifest)
         prune(parent, CHECKPOINT_PREFIX, keep)
         logger.info("saved checkpoint %s", final)
     accelerator.wait_for_everyone()
     return final
 
 
+def verify_checkpoint(path: Path) -> list[str]:
+    """What is wrong with the checkpoint at ``path`` (empty when every file matches its size and sha256)."""
+    manifest = read_manifest(path)
+    if manifest is None:
+        return ["no readable manifest.json"]
+    return check_files(path, manifest.get("files", {}))
+
+
 def resolve_resume(run_dir: str | Path, resume: str) -> Path | None:
-    """The checkpoint to resume from: newest *complete* one for ``auto``, none for ``never``, or the given folder."""
+    """The checkpoint to resume from: for ``auto`` the newest complete one whose files match their checksums (a
+    corrupt one is reported and the next older one is used), none for ``never``, or the given folder (verified)."""
     if resume == "never":
         return None
     if resume == "auto":
-        found = latest_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
-        return found[1] if found else None
+        published = list_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
+        for _, path in reversed(published):
+            problems = verify_checkpoint(path)
+            if not problems:
+                return path
+            logger.error("checkpoint %s fails verification (%s); trying the next older one", path, "; ".join(problems))
+        if published:
+            raise RunError(f"no checkpoint under {checkpoints_dir(run_dir)} passes verification (see the errors above)")
+        return None
     path = Path(resume)
     if read_manifest(path) is None:
         raise MissingFileError(f"resume={resume!r} is not a complete checkpoint (no readable manifest.json)")
+    problems = verify_checkpoint(path)
+    if problems:
+        raise RunError(f"resume={resume!r} fails verification: {'; '.join(problems)}")
     return path
 
 

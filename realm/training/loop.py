@@ -20,6 +20,8 @@ from accelerate import Accelerator
 
 from realm.core.config import save_config
 from realm.core.logging import MetricsLogger, set_num_threads
+from realm.run.layout import checkpoints_dir
+from realm.run.publication import clean_staging
 from realm.training.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
 from realm.training.optim import OptimConfig
 
@@ -112,11 +114,15 @@ class TrainingLoop:
 
     def resume(self) -> dict[str, Any]:
         """Restores the newest complete checkpoint (per ``resume``); returns its saved state ({} when none)."""
+        if self.accelerator.is_main_process:
+            # note: a kill mid-checkpoint or mid-prune leaves staging folders that no reader ever looks at
+            for leftover in clean_staging(checkpoints_dir(self.run_dir)):
+                logger.warning("removed %s, left by a killed run", leftover)
+        self.accelerator.wait_for_everyone()
         path = resolve_resume(self.run_dir, self.cfg.resume)
-        if path is None:
-            return {}
-        state = load_checkpoint(self.accelerator, path, self.scheduler)
-        self.step = int(state["step"])
+        state = {} if path is None else load_checkpoint(self.accelerator, path, self.scheduler)
+        self.step = int(state.get("step", 0))
+        self.metrics.drop_after(self.step)  # note: what a killed run logged past its checkpoint is logged again
         return state
 
     @property

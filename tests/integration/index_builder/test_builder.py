@@ -3,7 +3,12 @@ builds the newest export."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import datasets
@@ -13,12 +18,13 @@ import torch
 from transformers import AutoTokenizer
 
 from index_builder.build import IndexBuilderConfig, main, run_builder
+from realm.core.errors import RunError
 from realm.data.packing import SpecialIds, block_batch
 from realm.index import versions
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import Retriever
 from realm.run import layout, publication
-from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
+from tests.helpers import MAX_BLOCK_LENGTH, ROOT, builder_pids, export_tiny, make_run, subprocess_env
 
 REPO = ROOT
 NUM_BLOCKS = 60
@@ -130,8 +136,79 @@ def test_polling_builder_follows_exports_and_exits_when_the_run_is_done(run):
     assert run_builder(cfg) == 0
 
 
-def test_second_builder_on_the_same_run_is_refused(run):
+def test_second_builder_on_the_same_run_is_refused_after_the_lock_timeout(run):
     run_dir = run[0]
     with publication.exclusive_lock(layout.index_dir(run_dir) / ".builder.lock"):
+        t0 = time.monotonic()
         with pytest.raises(RuntimeError, match="another index builder"):
-            run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True))
+            run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, lock_timeout_s=0.5))
+        assert time.monotonic() - t0 >= 0.5  # it waited for a holder that might be stopping
+
+
+def test_a_builder_waits_for_a_lock_its_dying_holder_releases(run):
+    run_dir = run[0]
+    export(run, 2)
+    lock = publication.exclusive_lock(layout.index_dir(run_dir) / ".builder.lock")
+    lock.__enter__()
+    threading.Timer(0.5, lambda: lock.__exit__(None, None, None)).start()  # an orphan that stops half a second later
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, lock_timeout_s=20)) == 1
+
+
+def test_a_builder_stops_when_the_trainer_that_started_it_dies(run):
+    run_dir = run[0]
+    export(run, 1)
+    # a stand-in trainer: starts a builder with its own pid, as ChildBuilder does, then waits to be killed
+    parent = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import os, subprocess, sys, time; "
+            f"subprocess.Popen([sys.executable, '-m', 'index_builder.build', '--run_dir={run_dir}', "
+            "'--poll_interval_s=0.1', f'--parent_pid={os.getpid()}']); time.sleep(600)"
+        )],
+        cwd=REPO, env=subprocess_env(),
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while versions.current_index_version(run_dir) is None and time.monotonic() < deadline:
+            time.sleep(0.1)  # the builder is up and has built step 1; it now polls for newer exports
+        assert versions.current_index_version(run_dir) is not None
+        assert len(builder_pids(run_dir)) == 1
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 20
+        while builder_pids(run_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not builder_pids(run_dir), "the builder outlived the trainer that started it"
+    finally:
+        parent.kill()
+        for pid in builder_pids(run_dir):
+            os.kill(pid, signal.SIGKILL)
+
+
+
+def _flip_a_byte(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def test_a_corrupt_export_is_refused_and_nothing_is_published(run):
+    run_dir = run[0]
+    export(run, 4)
+    _flip_a_byte(layout.retriever_dir(run_dir) / "step-00000004" / "doc" / "model.safetensors")
+    with pytest.raises(RunError, match="do not match the export's weights_sha256"):
+        run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True))
+    assert versions.current_index_version(run_dir) is None
+    assert not list(layout.index_dir(run_dir).glob("v-*"))
+
+
+def test_a_broken_live_index_is_rebuilt(run):
+    run_dir = run[0]
+    export(run, 6)
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True)) == 1
+    live = versions.current_index_version(run_dir)
+    _flip_a_byte(live / versions.EMBEDDINGS_FILE)
+    with pytest.raises(versions.IndexVersionError):
+        versions.load_index_version(live)  # what the trainer sees: it refuses the version
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True)) == 1
+    rebuilt = versions.load_index_version(versions.current_index_version(run_dir))  # verifies every checksum
+    assert rebuilt.step == 6

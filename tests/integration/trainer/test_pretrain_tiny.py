@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -21,6 +22,7 @@ def _losses(run_dir) -> dict[int, float]:
 
 def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, tmp_path):
     run = tmp_path / "run"
+    run.mkdir()  # a builder refuses a run directory that does not exist (a mistyped path would wait forever)
     builder = subprocess.Popen(
         [sys.executable, "-m", "index_builder.build", "--config", "configs/index/tiny.yaml", f"--run_dir={run}"],
         cwd=ROOT,
@@ -82,7 +84,21 @@ def test_stopped_and_resumed_run_reaches_the_same_losses(tiny_world, tmp_path):
     # the LR schedule is checkpointed as JSON, never as a pickle accelerate would load with weights_only=False
     checkpoint = interrupted / "checkpoints" / "step-00000003"
     assert (checkpoint / "scheduler.json").is_file() and not list(checkpoint.glob("custom_checkpoint_*"))
+    # what a run killed after step 4 leaves beside its step-3 checkpoint: a step-4 export, its index made live, and
+    # records of step 4 (stand-ins: the step-2 export and index relabelled as step 4)
+    for parent, old_name, new_name in (("retriever", "step-00000002", "step-00000004"), ("index", "v-00000002", "v-00000004")):
+        shutil.copytree(interrupted / parent / old_name, interrupted / parent / new_name)
+        manifest = interrupted / parent / new_name / "manifest.json"
+        manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "step": 4}))
+    (interrupted / "index" / "CURRENT").write_text("v-00000004")
+    with open(interrupted / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"step": 4, "train/loss": 0.0}) + "\n" + '{"step": 5, "train/lo')  # and a torn line
     run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}")
+    records = read_metrics(interrupted / "metrics.jsonl")
+    versions = [{r["step"]: r["index/version"] for r in read_metrics(run / "metrics.jsonl") if "index/version" in r}
+                for run in (straight, interrupted)]  # fmt: skip
+    assert versions[0] == versions[1]  # the same index at every step: never the killed run's future one
+    assert [r["step"] for r in records if "train/loss" in r] == list(range(1, 7))  # no step twice
     a, b = _losses(straight), _losses(interrupted)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in a:

@@ -1,9 +1,12 @@
 """The refresh schedule and checkpoint resolution."""
 
+import logging
+
 import pytest
 
 from realm.pretrain.refresh import RefreshConfig, RefreshSchedule
-from realm.run.publication import new_staging, publish_folder
+from realm.core.errors import RunError
+from realm.run.publication import file_entries, new_staging, publish_folder
 from realm.training.checkpoint import resolve_resume
 
 
@@ -36,6 +39,27 @@ def test_resume_picks_latest_complete_checkpoint(tmp_path):
     assert resolve_resume(tmp_path, "never") is None
     with pytest.raises(FileNotFoundError, match="not a complete checkpoint"):
         resolve_resume(tmp_path, str(parent / "step-00000009"))
+
+
+def _publish_checkpoint(parent, step: int, payload: bytes):
+    staging = new_staging(parent)
+    (staging / "model.safetensors").write_bytes(payload)
+    return publish_folder(staging, parent / f"step-{step:08d}", {"step": step, "files": file_entries(staging, ["model.safetensors"])})
+
+
+def test_a_corrupt_checkpoint_is_reported_and_the_next_older_one_is_used(tmp_path, caplog):
+    parent = tmp_path / "checkpoints"
+    _publish_checkpoint(parent, 3, b"good weights")
+    newest = _publish_checkpoint(parent, 6, b"new weights")
+    (newest / "model.safetensors").write_bytes(b"new weightz")  # a flipped byte, same size
+    with caplog.at_level(logging.ERROR):
+        assert resolve_resume(tmp_path, "auto") == parent / "step-00000003"
+    assert "step-00000006 fails verification (model.safetensors does not match its sha256" in caplog.text
+    with pytest.raises(RunError, match="fails verification"):
+        resolve_resume(tmp_path, str(newest))
+    (parent / "step-00000003" / "model.safetensors").write_bytes(b"short")  # truncated
+    with pytest.raises(RunError, match="no checkpoint under .* passes verification"):
+        resolve_resume(tmp_path, "auto")
 
 
 def test_retriever_parameters_get_their_own_learning_rate():

@@ -19,7 +19,7 @@ from realm.index import versions
 from realm.index.build import publish_embeddings
 from realm.index.mips import BruteForceIndex, IndexConfig
 from realm.run import layout, publication
-from tests.helpers import ROOT, export_tiny, make_run
+from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
 
 REPO = ROOT
 
@@ -225,3 +225,15 @@ def test_builder_killed_mid_build_leaves_the_previous_version_live(tmp_path):
         torch.set_num_threads(threads)
     assert not staging.exists()
     assert versions.load_index_version(versions.current_index_version(run_dir)).step == 2
+
+
+def test_retriever_exports_are_pruned_to_the_newest_few(tmp_path):
+    run_dir, blocks, tokenizer = make_run(tmp_path, num_blocks=4)
+    for step in range(1, 6):
+        export_tiny(run_dir, step, blocks, tokenizer)  # keep=0: nothing pruned
+    assert len(publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX)) == 5
+    retriever = export_tiny(run_dir, 6, blocks, tokenizer)
+    layout.export_retriever(run_dir, 7, retriever, blocks_path=str(blocks), tokenizer_path=str(tokenizer),
+                            max_block_length=MAX_BLOCK_LENGTH, keep=3)  # fmt: skip
+    steps = [s for s, _ in publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX)]
+    assert steps == [5, 6, 7]

@@ -1,5 +1,7 @@
 """The trainer's child builder: command line and environment for 1 and N processes (nothing is started)."""
 
+import logging
+
 import pytest
 
 from realm.core.config import load_config
@@ -100,3 +102,21 @@ def test_builder_devices_given_as_an_int_override_is_stored_as_a_string():
 def test_bad_builder_settings_are_rejected(bad):
     with pytest.raises((ValueError, ConfigError), match="builder_"):
         RefreshConfig(**bad)
+
+
+def test_a_child_builder_that_dies_is_restarted_then_the_run_stops(tmp_path, caplog):
+    from trainer.builder_process import ChildBuilder
+
+    # a builder that fails at once: its config file does not exist
+    cfg = RefreshConfig(spawn_builder=True, builder_config=str(tmp_path / "missing.yaml"), builder_restarts=2)
+    child = ChildBuilder(cfg, tmp_path, [], num_trainers=1)
+    child.start()
+    with caplog.at_level(logging.ERROR):
+        for restart in (1, 2):
+            child.process.wait(timeout=60)
+            child.check()
+            assert child.restarts == restart and "restarting it" in caplog.text
+        child.process.wait(timeout=60)
+        with pytest.raises(RuntimeError, match="exited with code 2 \\(restarted 2 times already\\)"):
+            child.check()
+    assert "config file not found" in (tmp_path / "builder.log").read_text()

@@ -97,3 +97,21 @@ def test_close_wakes_a_blocked_waiter(tmp_path):
     waiter.join(timeout=5)
     assert not waiter.is_alive() and result == [None]
     assert not watcher._thread.is_alive()
+
+
+def test_a_version_built_over_other_blocks_is_refused(tmp_path, caplog):
+    publish_random(tmp_path, 3)  # corpus fingerprint "c"
+    with caplog.at_level(logging.WARNING), IndexWatcher(tmp_path, POLL_S, corpus_fingerprint="other") as w:
+        assert w.wait_for(0, timeout_s=0.3) is None
+    assert "built over other blocks" in caplog.text
+    with IndexWatcher(tmp_path, POLL_S, corpus_fingerprint="c") as w:
+        assert w.wait_for(3, timeout_s=10).step == 3
+
+
+@pytest.mark.parametrize("name", ["/etc", "../../elsewhere/v-00000001", "v-00000001/../../x", "not-a-version"])
+def test_current_naming_anything_but_a_version_inside_the_run_is_not_followed(tmp_path, name, caplog):
+    publish_random(tmp_path, 1)
+    publication.write_pointer(layout.index_dir(tmp_path) / publication.CURRENT, name)
+    with caplog.at_level(logging.ERROR):
+        assert versions.current_index_version(tmp_path) is None
+    assert "not a version folder inside" in caplog.text
