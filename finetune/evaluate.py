@@ -67,6 +67,7 @@ def load_qa_run(out_dir: str | Path):
     if not index_path.is_dir():  # note: the folder was moved; its own index is where it was, relatively
         index_path = out / "index" / index_path.name
     index = versions.load_index_version(index_path)
+    publication.verify_published(out / MODEL_DIR)
     model = OpenQAModel.from_pretrained(out / MODEL_DIR)
     return model, qa_context(index, tokenizer, reader), manifest
 

@@ -35,7 +35,7 @@ from realm.pretrain.model import RealmModel
 from realm.pretrain.retrieval_table import log_retrieval_table, retrieval_rows
 from realm.pretrain.step import LOSS_UNITS, StepOutput, batch_counts, train_step
 from realm.run.layout import clear_done, export_retriever, latest_retriever_export, mark_done, retriever_dir
-from realm.run.publication import clean_staging
+from realm.run.publication import clean_staging, verify_published
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import TrainingLoop, iterate, start_job
 from realm.training.optim import build_optimizer
@@ -56,9 +56,11 @@ def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
         retriever = Retriever.from_config(bert_config, cfg.retriever)
         encoder = KnowledgeAugmentedEncoder.from_config(bert_config)
     if cfg.train.init_retriever:
+        verify_published(cfg.train.init_retriever)  # note: realm ict's output lists its files with checksums
         retriever = Retriever.from_pretrained(cfg.train.init_retriever)
         check_retriever_matches(retriever, cfg.retriever, cfg.train.init_retriever)
     if cfg.train.init_encoder:
+        verify_published(cfg.train.init_encoder)  # note: so does realm warmup's
         encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.train.init_encoder)
     return RealmModel(retriever, encoder)
 

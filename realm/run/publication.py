@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from realm.core.atomic import fsync_path, write_text_atomic
+from realm.core.errors import RunError
 
 logger = logging.getLogger(__name__)
 
@@ -121,7 +122,8 @@ def replace_published(final: Path, save: Callable[[Path], None], manifest: dict[
     staging = new_staging(final.parent)
     try:
         save(staging)
-        return publish_folder(staging, final, {**manifest, "created": now_iso()})
+        files = file_entries(staging, sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()))
+        return publish_folder(staging, final, {**manifest, "files": files, "created": now_iso()})
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
@@ -194,6 +196,16 @@ def sha256_file(path: Path) -> str:
 def file_entries(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:
     """``{name: {"sha256": ..., "size": ...}}`` for manifests."""
     return {name: {"sha256": sha256_file(folder / name), "size": (folder / name).stat().st_size} for name in names}
+
+
+def verify_published(folder: str | Path) -> None:
+    """Raises ``RunError`` unless ``folder`` is published and every file its manifest lists matches its checksum.
+    A folder that is not published at all (e.g. a hub model name or a plain ``save_pretrained`` folder) is left to
+    its loader."""
+    manifest = read_manifest(Path(folder)) if Path(folder).is_dir() else None
+    problems = check_files(Path(folder), manifest.get("files", {})) if manifest else []
+    if problems:
+        raise RunError(f"{folder}: {'; '.join(problems)} (corrupt); not used")
 
 
 def check_files(folder: Path, entries: dict[str, dict[str, Any]], verify_checksums: bool = True) -> list[str]:

@@ -4,6 +4,7 @@ leaves the live index untouched."""
 from __future__ import annotations
 
 import os
+import random
 import subprocess
 import sys
 import threading
@@ -15,6 +16,7 @@ import pytest
 import torch
 
 from index_builder.build import IndexBuilderConfig, run_builder
+from realm.core.errors import RunError
 from realm.index import versions
 from realm.index.build import publish_embeddings
 from realm.index.mips import BruteForceIndex, IndexConfig
@@ -227,6 +229,28 @@ def test_builder_killed_mid_build_leaves_the_previous_version_live(tmp_path):
     assert versions.load_index_version(versions.current_index_version(run_dir)).step == 2
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("trial", range(3))
+def test_builder_killed_at_a_random_moment_never_leaves_a_corrupt_live_index(tmp_path, trial):
+    rng = random.Random(100 + trial)  # seeded: kills from the start of embedding to past the publish
+    run_dir, blocks, tokenizer = make_run(tmp_path, num_blocks=600)
+    publish_random(run_dir, 1)
+    export_tiny(run_dir, 2, blocks, tokenizer)
+    index_dir = layout.index_dir(run_dir)
+    proc = _start_builder(run_dir)
+    _wait_for(lambda: _embedding(index_dir) or versions.current_index_version(run_dir).name != "v-00000001", 120, proc)
+    time.sleep(rng.uniform(0.0, 1.5))
+    proc.kill()
+    proc.communicate(timeout=30)
+    live = versions.load_index_version(versions.current_index_version(run_dir))  # verifies every checksum
+    assert live.step in (1, 2)
+    for _, version in publication.list_published(index_dir, layout.INDEX_PREFIX):
+        versions.load_index_version(version)  # nothing published is partial
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=300)) in (0, 1)
+    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 2
+    assert not list(index_dir.glob(f"{publication.STAGING_PREFIX}*"))
+
+
 def test_retriever_exports_are_pruned_to_the_newest_few(tmp_path):
     run_dir, blocks, tokenizer = make_run(tmp_path, num_blocks=4)
     for step in range(1, 6):
@@ -237,3 +261,18 @@ def test_retriever_exports_are_pruned_to_the_newest_few(tmp_path):
                             max_block_length=MAX_BLOCK_LENGTH, keep=3)  # fmt: skip
     steps = [s for s, _ in publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX)]
     assert steps == [5, 6, 7]
+
+
+def test_a_stage_output_lists_its_files_and_a_corrupt_one_is_refused(tmp_path):
+    def save(folder: Path) -> None:
+        (folder / "sub").mkdir()
+        (folder / "sub" / "model.safetensors").write_bytes(b"weights")
+        (folder / "config.json").write_text("{}")
+
+    final = publication.replace_published(tmp_path / "encoder", save, {"kind": "reader_warmup_encoder"})
+    assert set(publication.read_manifest(final)["files"]) == {"sub/model.safetensors", "config.json"}
+    publication.verify_published(final)  # passes
+    publication.verify_published(tmp_path / "not-published")  # left to its loader (a hub name, a plain folder)
+    (final / "sub" / "model.safetensors").write_bytes(b"weightz")
+    with pytest.raises(RunError, match="sub/model.safetensors does not match its sha256"):
+        publication.verify_published(final)
