@@ -41,7 +41,7 @@ from realm.qa.evaluation import QAContext, evaluate_qa
 from realm.run import publication
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
-from realm.training.optim import OptimConfig, build_optimizer
+from realm.training.optim import OptimConfig
 from realm.training.sampler import StepBatchSampler
 
 logger = logging.getLogger(__name__)
@@ -123,10 +123,8 @@ class Finetuner:
             self.index.num_vectors,
             self.index.path,
         )
-        optimizer, scheduler = build_optimizer(start.model, cfg.optim, max(cfg.train.max_steps, 1))
-        model, optimizer = self.accelerator.prepare(start.model, optimizer)
-        self.model = model
-        self.loop = TrainingLoop(self.accelerator, cfg.train, cfg.optim, model, optimizer, scheduler, cfg)
+        self.loop = TrainingLoop.prepare(self.accelerator, cfg.train, cfg.optim, start.model, cfg)
+        self.model = self.loop.model
         self.evaluations: list[tuple[int, dict[str, float]]] = []
         """(step, dev metrics) of each evaluation so far, on the main process."""
         init_trackers(self.accelerator, cfg.tracking, self.out, to_dict(cfg), job_type="finetune")
@@ -188,13 +186,10 @@ class Finetuner:
             })  # fmt: skip
             loop.optimizer_step()
             bar.update(1)
-            if loop.log_due():
-                step_s = (time.perf_counter() - t0) / (loop.step - first)
-                logged, _ = loop.log_window("train", {"time/step_s": step_s})
+            logged = loop.end_step("train", {"time/step_s": (time.perf_counter() - t0) / (loop.step - first)})
+            if logged:
                 logger.info("step %d loss %.4f (retriever %.4f, reader %.4f)", loop.step, logged["train/loss"],
                             logged["train/retriever_loss"], logged["train/reader_loss"])  # fmt: skip
-            if loop.save_due():
-                loop.save()
             if cfg.finetune.eval_interval and loop.step % cfg.finetune.eval_interval == 0 and loop.step != cfg.train.max_steps:
                 self.evaluate(loop.step)
         bar.close()

@@ -38,7 +38,6 @@ from realm.run.layout import clear_done, export_retriever, latest_retriever_expo
 from realm.run.publication import clean_staging, verify_published
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import TrainingLoop, iterate, start_job
-from realm.training.optim import build_optimizer
 from trainer.builder_process import ChildBuilder, tracking_args
 from trainer.index_sync import IndexSync, RunTotals
 from trainer.index_watcher import IndexWatcher
@@ -100,9 +99,8 @@ class Trainer:
         self.heldout_titles = gold_titles(cfg.data.heldout) if cfg.data.heldout else None
 
         model = build_model(cfg, len(self.tokenizer))
-        optimizer, self.scheduler = build_optimizer(model, cfg.optim, cfg.train.max_steps)
-        self.model, self.optimizer = self.accelerator.prepare(model, optimizer)
-        self.loop = TrainingLoop(self.accelerator, cfg.train, cfg.optim, self.model, self.optimizer, self.scheduler, cfg)
+        self.loop = TrainingLoop.prepare(self.accelerator, cfg.train, cfg.optim, model, cfg)
+        self.model, self.optimizer, self.scheduler = self.loop.model, self.loop.optimizer, self.loop.scheduler
         self.num_processes = self.accelerator.num_processes
         self.global_batch_size = cfg.train.batch_size * self.num_processes * cfg.train.grad_accum_steps
         self.loss_fn = get_loss(cfg.train.loss)

@@ -31,10 +31,9 @@ from realm.data.vocab import load_tokenizer
 from realm.models.bert import ModelConfig
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.ict import ICTCollator, ict_loss
-from realm.run.publication import replace_published
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
-from realm.training.optim import OptimConfig, build_optimizer
+from realm.training.optim import OptimConfig
 from realm.training.sampler import KeyedExamples, StepBatchSampler
 
 logger = logging.getLogger(__name__)
@@ -109,9 +108,8 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
         if cfg.model.init_from
         else Retriever.from_config(bert_config, cfg.retriever)
     )
-    optimizer, scheduler = build_optimizer(retriever, cfg.optim, cfg.train.max_steps)
-    model, optimizer = accelerator.prepare(retriever, optimizer)
-    loop = TrainingLoop(accelerator, cfg.train, cfg.optim, model, optimizer, scheduler, cfg)
+    loop = TrainingLoop.prepare(accelerator, cfg.train, cfg.optim, retriever, cfg)
+    model = loop.model
     loop.resume()
     sampler = StepBatchSampler(
         len(rows), cfg.train.batch_size, cfg.train.seed, loop.step, accelerator.process_index,
@@ -137,18 +135,11 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
         accelerator.backward(loss)
         loop.window.add({"loss": loss, "accuracy": accuracy})
         loop.optimizer_step()
-        if loop.log_due():
-            plain, _ = loop.log_window("ict", {"time/elapsed_s": time.perf_counter() - t0})
+        plain = loop.end_step("ict", {"time/elapsed_s": time.perf_counter() - t0})
+        if plain:
             logger.info("ICT step %d loss %.4f in-batch acc %.3f", loop.step, plain["ict/loss"], plain["ict/accuracy"])
-        if loop.save_due():
-            loop.save()
     loop.close()
-    final = out_dir / "retriever"
-    if loop.step >= cfg.train.max_steps:
-        if accelerator.is_main_process:
-            replace_published(final, unwrapped.save_pretrained, {"kind": "ict_retriever", "steps": loop.step})
-        accelerator.wait_for_everyone()
-    return final
+    return loop.publish(out_dir / "retriever", unwrapped.save_pretrained, {"kind": "ict_retriever"})
 
 
 def _global_blocks(accelerator: Accelerator, block: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -31,10 +31,9 @@ from realm.models.bert import ModelConfig
 from realm.models.encoder import KnowledgeAugmentedEncoder
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
-from realm.run.publication import replace_published
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
-from realm.training.optim import OptimConfig, build_optimizer
+from realm.training.optim import OptimConfig
 from realm.training.sampler import KeyedExamples, StepBatchSampler
 
 logger = logging.getLogger(__name__)
@@ -82,9 +81,8 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
         if cfg.model.init_from
         else KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer)))
     )
-    optimizer, scheduler = build_optimizer(encoder, cfg.optim, cfg.train.max_steps)
-    model, optimizer = accelerator.prepare(encoder, optimizer)
-    loop = TrainingLoop(accelerator, cfg.train, cfg.optim, model, optimizer, scheduler, cfg)
+    loop = TrainingLoop.prepare(accelerator, cfg.train, cfg.optim, encoder, cfg)
+    model = loop.model
     loop.resume()
     sampler = StepBatchSampler(
         len(rows), cfg.train.batch_size // num_processes, cfg.train.seed, loop.step, accelerator.process_index,
@@ -105,27 +103,20 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
         loop.window.add({"loss": loss, **step_metrics})
         loop.optimizer_step()
         bar.update(1)
-        if loop.log_due():
-            plain, _ = loop.log_window("warmup", {"time/elapsed_s": time.perf_counter() - t0})
+        plain = loop.end_step("warmup", {"time/elapsed_s": time.perf_counter() - t0})
+        if plain:
             logger.info("warm-up step %d loss %.4f span accuracy %.3f", loop.step, plain["warmup/loss"],
                         plain["warmup/span_accuracy"])  # fmt: skip
-        if loop.save_due():
-            loop.save()
     bar.close()
     loop.close()
     if collator.num_rejected:
         logger.info("warm-up: %d block sentences had no salient span to mask (skipped)", collator.num_rejected)
-    final = out_dir / "encoder"
 
-    def save(staging: Path) -> None:
-        accelerator.unwrap_model(model).save_pretrained(staging)
-        tokenizer.save_pretrained(str(staging))
+    def save(folder: Path) -> None:
+        accelerator.unwrap_model(model).save_pretrained(folder)
+        tokenizer.save_pretrained(str(folder))
 
-    if loop.step >= cfg.train.max_steps:
-        if accelerator.is_main_process:
-            replace_published(final, save, {"kind": "reader_warmup_encoder", "steps": loop.step})
-        accelerator.wait_for_everyone()
-    return final
+    return loop.publish(out_dir / "encoder", save, {"kind": "reader_warmup_encoder"})
 
 
 def main(argv: list[str] | None = None) -> int:

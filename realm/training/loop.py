@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Callable, Iterable, Iterator, Mapping
 
 import torch
 from accelerate import Accelerator
@@ -21,9 +21,9 @@ from accelerate import Accelerator
 from realm.core.config import save_config
 from realm.core.logging import MetricsLogger, set_num_threads
 from realm.run.layout import checkpoints_dir
-from realm.run.publication import clean_staging
+from realm.run.publication import clean_staging, replace_published
 from realm.training.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
-from realm.training.optim import OptimConfig
+from realm.training.optim import OptimConfig, build_optimizer
 
 logger = logging.getLogger(__name__)
 
@@ -112,6 +112,16 @@ class TrainingLoop:
         self.window = MetricWindow()
         self.metrics = MetricsLogger(self.run_dir / "metrics.jsonl" if accelerator.is_main_process else None, accelerator)
 
+    @classmethod
+    def prepare(cls, accelerator: Accelerator, loop: LoopConfig, optim: OptimConfig, model: torch.nn.Module,
+                config: Any) -> "TrainingLoop":  # fmt: skip
+        """The loop for ``model``: its optimizer and schedule (over ``loop.max_steps``), prepared with accelerate."""
+        optimizer, scheduler = build_optimizer(model, optim, max(loop.max_steps, 1))
+        # note: the scheduler is not prepared: accelerate's wrapper steps it once per process per call (it assumes a
+        # schedule counted in per-process batches), which runs warm-up and decay N times too fast with N processes
+        model, optimizer = accelerator.prepare(model, optimizer)
+        return cls(accelerator, loop, optim, model, optimizer, scheduler, config)
+
     def resume(self) -> dict[str, Any]:
         """Restores the newest complete checkpoint (per ``resume``); returns its saved state ({} when none)."""
         if self.accelerator.is_main_process:
@@ -156,6 +166,23 @@ class TrainingLoop:
         plain = self.metrics.log({**means, **(extra or {})}, self.step)
         self.window = MetricWindow()
         return plain, num_steps
+
+    def end_step(self, prefix: str, extra: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """After an optimizer step: logs the window when due (returns what was logged, else None), then checkpoints
+        when due."""
+        plain = self.log_window(prefix, extra)[0] if self.log_due() else None
+        if self.save_due():
+            self.save()
+        return plain
+
+    def publish(self, final: Path, save: Callable[[Path], None], manifest: Mapping[str, Any]) -> Path:
+        """Publishes the job's output (what ``save(folder)`` writes) as ``final`` once the job has run all its steps
+        (main process; every process waits); an invocation stopped early publishes nothing."""
+        if self.step >= self.cfg.max_steps:
+            if self.accelerator.is_main_process:
+                replace_published(final, save, {**manifest, "steps": self.step})
+            self.accelerator.wait_for_everyone()
+        return final
 
     def save(self, state: Mapping[str, Any] | None = None) -> Path:
         """Checkpoint of the current step (every process must call it)."""
