@@ -133,7 +133,7 @@ def remove_if_broken(run_dir: str) -> bool:
     key = f"{version}@{manifest.get('created')}"
     if key in _VERIFIED:
         return False
-    problems = publication.check_files(version, manifest.get("files", {}))
+    problems = publication.manifest_problems(version)
     if not problems:
         _VERIFIED.add(key)
         return False

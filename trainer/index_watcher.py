@@ -108,13 +108,14 @@ class IndexWatcher:
         if key in self._failed:
             return
         try:
-            published = load_index_version(version, verify=self.verify, cfg=self.index_cfg)
-            found = published.manifest.get("corpus_fingerprint")
+            # note: the fingerprint is in the manifest, so a version over other blocks is refused before it is loaded
+            found = manifest.get("corpus_fingerprint")
             if self.corpus_fingerprint is not None and found != self.corpus_fingerprint:
                 raise IndexVersionError(
                     f"{version}: built over other blocks (corpus fingerprint {found}, the trainer's data.blocks "
                     f"have {self.corpus_fingerprint})"
                 )
+            published = load_index_version(version, verify=self.verify, cfg=self.index_cfg)
         except Exception as err:  # note: a bad version must never kill the thread; keep the last good index
             logger.warning("skipping index version %s: %s", version.name, err)
             self._failed.add(key)

@@ -198,12 +198,22 @@ def file_entries(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]
     return {name: {"sha256": sha256_file(folder / name), "size": (folder / name).stat().st_size} for name in names}
 
 
+def manifest_problems(folder: str | Path) -> list[str]:
+    """What is wrong with the published ``folder``: no readable manifest, or files that do not match the sizes and
+    sha256 it lists (empty when all match)."""
+    manifest = read_manifest(Path(folder))
+    if manifest is None:
+        return [f"no readable {MANIFEST}"]
+    return check_files(Path(folder), manifest.get("files", {}))
+
+
 def verify_published(folder: str | Path) -> None:
     """Raises ``RunError`` unless ``folder`` is published and every file its manifest lists matches its checksum.
     A folder that is not published at all (e.g. a hub model name or a plain ``save_pretrained`` folder) is left to
     its loader."""
-    manifest = read_manifest(Path(folder)) if Path(folder).is_dir() else None
-    problems = check_files(Path(folder), manifest.get("files", {})) if manifest else []
+    if not Path(folder).is_dir() or read_manifest(Path(folder)) is None:
+        return
+    problems = manifest_problems(folder)
     if problems:
         raise RunError(f"{folder}: {'; '.join(problems)} (corrupt); not used")
 

@@ -22,10 +22,10 @@ from realm.core.errors import MissingFileError, RunError
 from realm.run.layout import CHECKPOINT_PREFIX, checkpoints_dir
 from realm.run.publication import (
     STAGING_PREFIX,
-    check_files,
     file_entries,
     folder_name,
     list_published,
+    manifest_problems,
     now_iso,
     prune,
     publish_folder,
@@ -71,14 +71,6 @@ def save_checkpoint(
     return final
 
 
-def verify_checkpoint(path: Path) -> list[str]:
-    """What is wrong with the checkpoint at ``path`` (empty when every file matches its size and sha256)."""
-    manifest = read_manifest(path)
-    if manifest is None:
-        return ["no readable manifest.json"]
-    return check_files(path, manifest.get("files", {}))
-
-
 def resolve_resume(run_dir: str | Path, resume: str) -> Path | None:
     """The checkpoint to resume from: for ``auto`` the newest complete one whose files match their checksums (a
     corrupt one is reported and the next older one is used), none for ``never``, or the given folder (verified)."""
@@ -87,7 +79,7 @@ def resolve_resume(run_dir: str | Path, resume: str) -> Path | None:
     if resume == "auto":
         published = list_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
         for _, path in reversed(published):
-            problems = verify_checkpoint(path)
+            problems = manifest_problems(path)
             if not problems:
                 return path
             logger.error("checkpoint %s fails verification (%s); trying the next older one", path, "; ".join(problems))
@@ -97,7 +89,7 @@ def resolve_resume(run_dir: str | Path, resume: str) -> Path | None:
     path = Path(resume)
     if read_manifest(path) is None:
         raise MissingFileError(f"resume={resume!r} is not a complete checkpoint (no readable manifest.json)")
-    problems = verify_checkpoint(path)
+    problems = manifest_problems(path)
     if problems:
         raise RunError(f"resume={resume!r} fails verification: {'; '.join(problems)}")
     return path

@@ -5,8 +5,8 @@ import torch
 from accelerate import Accelerator
 
 from realm.run.layout import checkpoints_dir
-from realm.run.publication import read_manifest
-from realm.training.checkpoint import resolve_resume, save_checkpoint, verify_checkpoint
+from realm.run.publication import manifest_problems, read_manifest
+from realm.training.checkpoint import resolve_resume, save_checkpoint
 from realm.training.loop import LoopConfig, TrainingLoop
 from realm.training.optim import OptimConfig
 
@@ -34,7 +34,7 @@ def test_leftover_staging_is_removed_and_a_torn_step_folder_does_not_block_savin
     loop.step = 2
     final = loop.save({"note": "x"})
     loop.close()
-    assert read_manifest(final)["step"] == 2 and verify_checkpoint(final) == []
+    assert read_manifest(final)["step"] == 2 and manifest_problems(final) == []
     assert resolve_resume(tmp_path, "auto") == final
 
 
