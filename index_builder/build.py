@@ -30,7 +30,7 @@ from pathlib import Path
 import faiss
 import torch
 
-from index_builder.group import BuilderGroup
+from realm.index.group import BuilderGroup
 from index_builder.sharded import build_index_version_sharded
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, MissingFileError, run_command
@@ -98,6 +98,8 @@ class IndexBuilderConfig:
             raise ValueError(f"batch_size must be positive, got {self.batch_size}")
         if self.keep_versions < 1:
             raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
+        if self.index.metric != "ip":
+            raise ValueError(f"index.metric must be 'ip' for REALM's document index (MIPS), got {self.index.metric!r}")
         if self.num_threads < 0:
             raise ValueError(f"num_threads must be >= 0, got {self.num_threads}")
         check_precision(self.precision)
@@ -207,7 +209,8 @@ def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
             # to reuse; any other shards can never be used again
             latest = layout.latest_retriever_export(cfg.run_dir)
             pending = latest is not None and latest[0] > current_index_step(cfg.run_dir)
-            for stale in remove_shard_folders(cfg.run_dir, {latest[2]["weights_sha256"]} if pending else set()):
+            keep = {latest[2]["weights_sha256"]} if pending else set()
+            for stale in remove_shard_folders(layout.index_dir(cfg.run_dir), keep):
                 logger.info("removed shards of another retriever version %s", stale)
 
         group.from_main(take)

@@ -19,19 +19,27 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import datasets
 from transformers import AutoTokenizer
 
-from index_builder.group import BuilderGroup, PeerError
 from realm.data.packing import SpecialIds
 from realm.index.build import activate_if_built, load_doc_embedder, publish_new_version
-from realm.index.embedding import BuildCancelled, block_lengths
+from realm.index.embedding import block_lengths
+from realm.index.group import BuilderGroup, PeerError, check_reports, shard_report
 from realm.index.mips import IndexConfig
-from realm.index.shards import ShardKey, assemble, embed_shard, remove_shard_folders, shard_bounds, shard_folder
+from realm.index.shards import (
+    ShardKey,
+    assemble,
+    embed_shard,
+    remove_shard_folders,
+    shard_bounds,
+    shard_folder,
+)
 from realm.run import layout, publication
 
 logger = logging.getLogger(__name__)
@@ -47,10 +55,12 @@ def shard_keys(blocks: datasets.Dataset, export: dict[str, Any], dim: int, world
             row_start=start,
             row_end=end,
             dim=dim,
-            weights_sha256=export["weights_sha256"],
-            blocks=export["blocks"],
-            num_blocks=len(blocks),
-            max_block_length=export["max_block_length"],
+            source={
+                "weights_sha256": export["weights_sha256"],
+                "blocks": export["blocks"],
+                "num_blocks": len(blocks),
+                "max_block_length": export["max_block_length"],
+            },
         )
         for rank, (start, end) in enumerate(bounds)
     ]
@@ -79,19 +89,17 @@ def _embed_own_shard(
     # note: transformers warns that a model loaded inside a process group was not tensor-parallel sharded; that is
     # intended (every rank runs the whole embedder on its own shard), so the N-fold warning is silenced
     logging.getLogger("transformers.distributed.tensor_parallel").setLevel(logging.ERROR)
-    try:
+
+    def compute() -> dict[str, Any]:
         embedder = load_doc_embedder(export_path, device, precision)
         blocks = datasets.load_from_disk(export["blocks"])
         special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
         key = shard_keys(blocks, export, embedder.projection.out_features, group.world_size)[group.rank]
-        folder = shard_folder(run_dir, export["weights_sha256"])
+        folder = shard_folder(layout.index_dir(run_dir), export["weights_sha256"])
         marker, reused = embed_shard(embedder, blocks, special, key, folder, batch_size, device, should_stop)
-        return {"status": "ok", "key": asdict(key), "reused": reused, "embed_seconds": marker.embed_seconds}
-    except BuildCancelled as err:
-        return {"status": "cancelled", "message": str(err)}
-    except Exception as err:
-        logger.exception("rank %d: embedding its shard failed", group.rank)
-        return {"status": "failed", "message": f"{type(err).__name__}: {err}"}
+        return {"key": asdict(key), "reused": reused, "embed_seconds": marker.embed_seconds}
+
+    return shard_report(group.rank, compute)
 
 
 def _assemble_and_publish(
@@ -105,18 +113,14 @@ def _assemble_and_publish(
     precision: str,
 ) -> str:
     """Rank 0, after every rank reported: check the shards on disk, stream them together, index, publish."""
-    failed = [f"rank {r}: {rep['message']}" for r, rep in enumerate(reports) if rep["status"] == "failed"]
-    if failed:
-        raise PeerError("shard(s) failed, nothing published: " + "; ".join(failed))
-    if any(rep["status"] == "cancelled" for rep in reports):
-        raise BuildCancelled("a rank was stopped; finished shards are kept for the next run")
+    check_reports(reports)
     blocks = datasets.load_from_disk(export["blocks"])
     dim = reports[0]["key"]["dim"]
     keys = shard_keys(blocks, export, dim, len(reports))
     for key, report in zip(keys, reports):
         if ShardKey(**report["key"]) != key:
             raise PeerError(f"rank {key.rank} embedded {report['key']}, expected {asdict(key)}")
-    folder = shard_folder(run_dir, export["weights_sha256"])
+    folder = shard_folder(layout.index_dir(run_dir), export["weights_sha256"])
 
     def assemble_shards(path: Path) -> dict[str, Any]:
         assembled = time.monotonic()
@@ -132,7 +136,7 @@ def _assemble_and_publish(
     version = publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, assemble_shards)
     newer = publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX)
     keep = {m["weights_sha256"] for s, p in newer if s > export_step and (m := publication.read_manifest(p)) is not None}
-    remove_shard_folders(run_dir, keep)
+    remove_shard_folders(layout.index_dir(run_dir), keep)
     return str(version)
 
 

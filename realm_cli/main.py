@@ -13,6 +13,7 @@ realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into b
 realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
 realm inspect RUN "query"       top-k retrieved blocks with their scores
 realm report RUN                self-contained HTML report of a run
+realm knnlm train-lm|build|evaluate|sweep   kNN-LM: tiny causal LM, token datastore, perplexity (knnlm/)
 
 Commands that run a training job or a process take a YAML config and dotted overrides (``--section.key=value``);
 ``realm COMMAND --help`` lists them. A user error (bad config, data file, missing file or run) is one line on stderr
@@ -41,12 +42,16 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate-mlm": ("realm_cli.inspect:main_evaluate_mlm", "held-out masked-fact metrics of a run or checkpoint"),
     "inspect": ("realm_cli.inspect:main_inspect", "top-k retrieved blocks for a query"),
     "report": ("realm_cli.report:main", "self-contained HTML report of a run from its own logs"),
+    "knnlm train-lm": ("knnlm.train_lm:main", "train a tiny GPT-2 on a corpus (demo, tests, benchmark)"),
+    "knnlm build": ("knnlm.build:main", "build a kNN-LM token datastore (1 or N processes)"),
+    "knnlm evaluate": ("knnlm.evaluate:main", "perplexity with and without a kNN-LM datastore"),
+    "knnlm sweep": ("knnlm.sweep:main", "kNN-LM perplexity over a grid of k, tau and lambda"),
 }
 
 
 def _usage() -> str:
     lines = ["usage: realm COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<14} {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += [f"  {name:<16} {help_}" for name, (_, help_) in COMMANDS.items()]
     lines += ["", "Run `realm COMMAND --help` for a command's options."]
     return "\n".join(lines)
 
@@ -66,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
             pass
         return 0 if argv else USER_ERROR_EXIT_CODE
     command, rest = argv[0], argv[1:]
+    if " ".join(argv[:2]) in COMMANDS:  # note: two-word commands ("knnlm build")
+        command, rest = " ".join(argv[:2]), argv[2:]
     if command not in COMMANDS:
         print(f"realm: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE

@@ -22,12 +22,14 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from realm.core.atomic import write_text_atomic
 from realm.core.errors import RunError, run_command
 from realm.core.logging import read_metrics
+from realm_cli.report_knnlm import is_knnlm_results, knnlm_sections
 
 # (title, metric) of the fixed plots; recall plots are added for every eval/gold_recall_at_* key found.
 PLOTS: tuple[tuple[str, str], ...] = (
@@ -97,14 +99,14 @@ def _padded_range(lo: float, hi: float) -> tuple[float, float]:
     return lo - pad, hi + pad
 
 
-def svg_line_plot(series: list[tuple[int, float]], title: str, metric: str) -> str:
+def svg_line_plot(series: list[tuple[float, float]], title: str, metric: str, x_label: str = "step") -> str:
     """An inline ``<svg>`` line plot of ``(step, value)`` pairs with axes, ticks, a title and the metric name.
 
     Non-finite values (NaN, inf) are skipped and counted in ``data-num-skipped``. The y axis is logarithmic when every
     value is positive and they span more than three decades (the null-document mass lives around 1e-12). The finite
     pairs are embedded as JSON in ``data-values`` (see the module docstring).
     """
-    points = [(int(s), float(v)) for s, v in series if _is_number(v) and math.isfinite(v)]
+    points = [(s if isinstance(s, int) else float(s), float(v)) for s, v in series if _is_number(v) and math.isfinite(v)]
     num_skipped = len(series) - len(points)
     values = [v for _, v in points]
     log_y = bool(values) and min(values) > 0 and max(values) / min(values) > 1e3
@@ -126,7 +128,7 @@ def svg_line_plot(series: list[tuple[int, float]], title: str, metric: str) -> s
         f'<line class="axis" x1="{x0}" y1="{_TOP}" x2="{x0}" y2="{y0}"/>',
         f'<line class="axis" x1="{x0}" y1="{y0}" x2="{x0 + plot_w}" y2="{y0}"/>',
     ]  # drawn after the grid so a grid line at the bottom does not hide the x axis
-    out.append(f'<text x="{x0 + plot_w / 2:.1f}" y="{_HEIGHT - 6}" text-anchor="middle">step</text>')
+    out.append(f'<text x="{x0 + plot_w / 2:.1f}" y="{_HEIGHT - 6}" text-anchor="middle">{_esc(x_label)}</text>')
     if not points:
         out.append(
             f'<text x="{x0 + plot_w / 2:.1f}" y="{_TOP + plot_h / 2:.1f}" text-anchor="middle">'
@@ -266,11 +268,17 @@ def _retrieval_section(record: dict) -> str:
 
 
 def render_report(
-    metrics: list[dict], retrievals: list[dict] | None, summary: dict | None, run_dir: str, num_retrievals: int = 20
+    metrics: list[dict],
+    retrievals: list[dict] | None,
+    summary: dict | None,
+    run_dir: str,
+    num_retrievals: int = 20,
+    body: list[str] | None = None,
 ) -> str:
     """The whole HTML page. ``retrievals=None`` means the run has no retrievals.jsonl (said so on the page).
 
-    The most recent ``num_retrievals`` samples (the file's last lines) are shown newest first.
+    The most recent ``num_retrievals`` samples (the file's last lines) are shown newest first. ``body`` replaces the
+    training plots and retrievals (a kNN-LM results folder: ``realm_cli.report_knnlm``).
     """
     out = [
         "<!DOCTYPE html>",
@@ -279,8 +287,17 @@ def render_report(
         f"<style>{_CSS}</style></head><body>",
     ]
     out += _header(metrics, summary, run_dir)
-    out += _plots(metrics)
-    out.append("<h2>Sample retrievals</h2>")
+    if body is not None:
+        out += body
+    else:
+        out += _plots(metrics)
+        out += _retrievals(retrievals, num_retrievals)
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"
+
+
+def _retrievals(retrievals: list[dict] | None, num_retrievals: int) -> list[str]:
+    out = ["<h2>Sample retrievals</h2>"]
     if retrievals is None:
         out.append('<p class="missing" id="no-retrievals">No retrievals.jsonl in the run directory.</p>')
     elif not retrievals:
@@ -292,8 +309,7 @@ def render_report(
             "Slot 0 is the null document; &#10003; marks a slot that holds the gold answer.</p>"
         )
         out += [_retrieval_section(r) for r in recent]
-    out.append("</body></html>")
-    return "\n".join(out) + "\n"
+    return out
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -324,7 +340,8 @@ def main(argv: list[str] | None = None) -> int:
             summary = {"summary.json unreadable": str(err)}
         if not isinstance(summary, dict):
             summary = {"summary.json": json.dumps(summary)}
-    page = render_report(read_metrics(metrics_path), retrievals, summary, str(run), args.num_retrievals)
+    body = knnlm_sections(run, svg_line_plot) if is_knnlm_results(run) else None
+    page = render_report(read_metrics(metrics_path), retrievals, summary, str(run), args.num_retrievals, body)
     out = Path(args.out) if args.out else run / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, page)  # a reader never sees a half-written page

@@ -162,3 +162,23 @@ def builder_pids(run_dir: Path) -> list[int]:
         if b"index_builder.build" in cmdline and f"--run_dir={run_dir}".encode() in cmdline and state != "Z":
             pids.append(int(proc.name))
     return pids
+
+
+def make_tiny_lm(out: Path, num_docs: int = 60, steps: int = 40) -> tuple[Path, Path, Path]:
+    """A tiny GPT-2 trained for a few steps on the first documents of a small generated world:
+    (LM folder, training corpus jsonl, held-out corpus jsonl)."""
+    from realm.data.world import WorldConfig, generate_world
+    from realm.knnlm.train_lm import TinyLMConfig, train_tiny_lm
+    from realm.training.optim import OptimConfig
+
+    records = generate_world(WorldConfig(num_entities=num_docs + 20, seed=7)).corpus
+    train, heldout = out / "train.jsonl", out / "heldout.jsonl"
+    out.mkdir(parents=True, exist_ok=True)
+    train.write_text("".join(json.dumps(r) + "\n" for r in records[:num_docs]))
+    heldout.write_text("".join(json.dumps(r) + "\n" for r in records[num_docs:]))
+    cfg = TinyLMConfig(
+        vocab_size=500, hidden_size=32, num_layers=2, num_heads=2, context_length=32, steps=steps, batch_size=8,
+        optim=OptimConfig(lr=3e-3, warmup_steps=5),
+    )  # fmt: skip
+    lm = train_tiny_lm([r["text"] for r in records[:num_docs]], cfg, out / "lm")
+    return lm, train, heldout

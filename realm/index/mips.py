@@ -1,9 +1,12 @@
 """Maximum inner-product search (MIPS) over block embeddings, behind one small Protocol.
 
 ``BruteForceIndex`` is exact torch matmul + top-k: the reference the tests compare against and a fine choice for
-small corpora. ``FaissIndex`` wraps any FAISS factory string built with ``METRIC_INNER_PRODUCT``: ``"Flat"`` is exact,
-``"HNSW32"`` and ``"IVF{n},PQ{m}"`` trade recall for speed and memory at the 13M-block scale of REALM. Both return
-scores best first, and clamp ``k`` to the number of indexed vectors (so the result has ``min(k, N)`` columns).
+small corpora. ``FaissIndex`` wraps any FAISS factory string: ``"Flat"`` is exact, ``"HNSW32"`` and
+``"IVF{n},PQ{m}"`` trade recall for speed and memory at the 13M-block scale of REALM. Both return scores best first,
+and clamp ``k`` to the number of indexed vectors (so the result has ``min(k, N)`` columns).
+
+The metric is inner product (REALM's MIPS) or squared L2 (kNN-LM's default, ``metric="l2"``); with L2 the score is
+the *negative* squared distance, so "higher is better" and "best first" hold for both.
 
 With faiss-gpu (``faiss.get_num_gpus() > 0``), IVF indexes train and fill on the GPUs and a loaded index can be
 searched sharded over all GPUs (``realm/index/gpu.py``); ``memory_budget_gb`` chooses between exact and compressed
@@ -32,6 +35,7 @@ logger = logging.getLogger(__name__)
 _PROBE_DIM = 960
 # how many rows go to faiss per add() call: bounds the float32 copy made from a memory-mapped embeddings file.
 _ADD_CHUNK = 1 << 16
+METRICS = {"ip": faiss.METRIC_INNER_PRODUCT, "l2": faiss.METRIC_L2}
 
 
 @runtime_checkable
@@ -51,7 +55,10 @@ class IndexConfig:
     """Which FAISS index the builder makes and how the trainer searches it."""
 
     factory: str = "Flat"
-    """FAISS factory string, always with inner-product metric: "Flat" (exact), "HNSW32", "IVF4096,PQ32", ..."""
+    """FAISS factory string: "Flat" (exact), "HNSW32", "IVF4096,PQ32", ..."""
+    metric: str = "ip"
+    """"ip" (inner product: REALM's document index, which requires it) or "l2" (squared L2, searched as its
+    negative: the kNN-LM datastore's default)."""
     nprobe: int = 32
     """Inverted lists visited per query by IVF indexes (ignored by the others)."""
     ef_search: int = 128
@@ -80,6 +87,8 @@ class IndexConfig:
             raise ValueError(f"train_sample must be positive, got {self.train_sample}")
         if self.memory_budget_gb < 0:
             raise ValueError(f"memory_budget_gb must be >= 0 (0 = no budget), got {self.memory_budget_gb}")
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
         check_factory(self.factory)
 
 
@@ -122,10 +131,14 @@ def _as_numpy_queries(queries: Tensor) -> np.ndarray:
 
 
 class BruteForceIndex:
-    """Exact MIPS by a matmul over all embeddings; results are on the queries' device."""
+    """Exact search by a matmul over all embeddings (inner product, or negative squared L2); results are on the
+    queries' device."""
 
-    def __init__(self, embeddings: Tensor | np.ndarray) -> None:
+    def __init__(self, embeddings: Tensor | np.ndarray, metric: str = "ip") -> None:
         """``embeddings``: [N, D]; row i is block i. A numpy array (or memmap) is copied into memory."""
+        if metric not in METRICS:
+            raise ValueError(f"metric must be one of {sorted(METRICS)}, got {metric!r}")
+        self.metric = metric
         if isinstance(embeddings, np.ndarray):
             # note: copied, because a read-only memmap cannot back a tensor
             embeddings = torch.from_numpy(np.array(embeddings, dtype=np.float32))
@@ -140,17 +153,23 @@ class BruteForceIndex:
     def search(self, queries: Tensor, k: int) -> tuple[Tensor, Tensor]:
         """[Q, D] -> ([Q, min(k, N)] float32 scores, [Q, min(k, N)] int64 ids), best first."""
         k = min(k, self.num_vectors)
-        scores = queries.to(self.embeddings.device, self.embeddings.dtype) @ self.embeddings.T  # [Q, N]
+        queries_here = queries.to(self.embeddings.device, self.embeddings.dtype)
+        scores = queries_here @ self.embeddings.T  # [Q, N]
+        if self.metric == "l2":  # note: -|q - e|^2 = 2 q.e - |q|^2 - |e|^2
+            norms = (self.embeddings * self.embeddings).sum(1)
+            scores = 2 * scores - norms[None, :] - (queries_here * queries_here).sum(1, keepdim=True)
         top, ids = scores.topk(k, dim=1)
         return top.float().to(queries.device), ids.to(queries.device, torch.int64)
 
 
 class FaissIndex:
-    """A FAISS index with inner-product metric; saved with FAISS's own serialisation (never pickle)."""
+    """A FAISS index (inner product or L2); saved with FAISS's own serialisation (never pickle)."""
 
     def __init__(self, index: faiss.Index, factory: str, on_gpu: bool = False) -> None:
-        if index.metric_type != faiss.METRIC_INNER_PRODUCT:
-            raise ValueError(f"FaissIndex needs METRIC_INNER_PRODUCT, got metric {index.metric_type}")
+        by_code = {code: name for name, code in METRICS.items()}
+        if index.metric_type not in by_code:
+            raise ValueError(f"FaissIndex needs inner-product or L2 metric, got metric {index.metric_type}")
+        self.metric = by_code[index.metric_type]
         self.index = index
         self.factory = factory
         self.on_gpu = on_gpu
@@ -166,7 +185,7 @@ class FaissIndex:
             raise ValueError(f"embeddings must be [N, D], got shape {embeddings.shape}")
         num, dim = embeddings.shape
         check_factory(cfg.factory, dim)
-        index = faiss.index_factory(dim, cfg.factory, faiss.METRIC_INNER_PRODUCT)
+        index = faiss.index_factory(dim, cfg.factory, METRICS[cfg.metric])
         _skip_polysemous_training(index)
         # note: only IVF gains from GPUs here (k-means, assignment); a flat add is a memcpy, HNSW has no GPU form
         gpus = cfg.enable_gpu and index_gpu.num_gpus() > 0 and _ivf_of(index) is not None
@@ -271,5 +290,7 @@ class FaissIndex:
             empty = torch.empty((queries.shape[0], 0), device=queries.device)
             return empty, empty.to(torch.int64)
         scores, ids = self.index.search(_as_numpy_queries(queries), k)
+        if self.metric == "l2":
+            scores = -scores  # note: FAISS returns squared distances, nearest first
         scores[ids < 0] = -np.inf
         return torch.from_numpy(scores).to(queries.device), torch.from_numpy(ids).to(queries.device)

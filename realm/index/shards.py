@@ -1,14 +1,17 @@
-"""Per-rank embedding shards of an N-process build: written by each rank, checked and streamed together by rank 0.
+"""Per-rank shards of an N-process build: written by each rank, checked and streamed together by rank 0.
 
 ```
-RUN/index/.shards-<weights_sha256>/
-  shard-00001-of-00002.npy      [rows, D] float32: embeddings of blocks row_start..row_end-1 (the rank's range)
+RUN/index/.shards-<weights_sha256>/      (document indexes; a kNN-LM datastore keeps its own under its folder)
+  shard-00001-of-00002.npy      [rows, D] float32 (or the key's dtype): rows row_start..row_end-1 (the rank's range)
   shard-00001-of-00002.json     its marker, written LAST (fsynced, atomic rename): rows, dim, sizes, data checksum
 ```
 
-- **Keyed by the export's weights hash**, so after a crash a finished shard of the same retriever version is reused
-  and one of a different version never is (a different folder). The marker also records the corpus, block length and
-  row range, and reuse requires all of them to match.
+The rows are whatever the producer computes (block embeddings for REALM's index, hidden-state keys for a kNN-LM
+datastore): ``write_shard`` takes a function that fills the rank's array, and ``embed_shard`` is the one for blocks.
+
+- **Keyed by the weights hash**, so after a crash a finished shard of the same model version is reused and one of
+  a different version never is (a different folder). The marker also records what the rows were computed from
+  (``ShardKey.source``: the corpus, lengths, ...) and the row range, and reuse requires all of them to match.
 - **A shard is finished only when its marker exists.** A rank writes its ``.npy``, fsyncs it, and only then writes the
   marker; a rank killed mid-shard leaves a marker-less file that the next run redoes. An old marker is deleted
   *before* its ``.npy`` is rewritten, so a marker never stands next to half-new data.
@@ -28,7 +31,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import datasets
 import numpy as np
@@ -38,7 +41,6 @@ from realm.core.atomic import fsync_path, write_text_atomic
 from realm.data.packing import SpecialIds
 from realm.index.embedding import embed_blocks
 from realm.models.retriever import Embedder
-from realm.run import layout
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +75,9 @@ def shard_bounds(lengths: np.ndarray, world_size: int) -> list[tuple[int, int]]:
     return list(zip(cuts[:-1], cuts[1:]))
 
 
-def shard_folder(run_dir: str | Path, weights_sha256: str) -> Path:
-    return layout.index_dir(run_dir) / f"{SHARDS_PREFIX}{weights_sha256}"
+def shard_folder(parent: str | Path, weights_sha256: str) -> Path:
+    """Where the shards of one model version live under ``parent`` (``RUN/index`` for document indexes)."""
+    return Path(parent) / f"{SHARDS_PREFIX}{weights_sha256}"
 
 
 def shard_name(rank: int, world_size: int) -> str:
@@ -90,10 +93,10 @@ class ShardKey:
     row_start: int
     row_end: int
     dim: int
-    weights_sha256: str
-    blocks: str
-    num_blocks: int
-    max_block_length: int
+    source: dict[str, Any]
+    """What the rows are computed from (weights hash, corpus, lengths, ...); JSON values only."""
+    dtype: str = "float32"
+    """numpy dtype of the rows ("float32" for block embeddings, "float16" for kNN-LM keys)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -104,9 +107,9 @@ class ShardMarker:
     file_size: int
     """Bytes of the ``.npy`` file."""
     data_sha256: str
-    """SHA-256 of the array's raw float32 bytes (row-major), what rank 0 recomputes while streaming."""
+    """SHA-256 of the array's raw bytes (row-major), what rank 0 recomputes while streaming."""
     embed_seconds: float
-    """Seconds the rank spent embedding this shard."""
+    """Seconds the rank spent computing this shard."""
 
     @property
     def num_rows(self) -> int:
@@ -165,19 +168,14 @@ def _write_marker(path: Path, marker: ShardMarker) -> None:
     write_text_atomic(path, marker.to_json())
 
 
-def embed_shard(
-    embedder: Embedder,
-    blocks: datasets.Dataset,
-    special: SpecialIds,
-    key: ShardKey,
-    folder: Path,
-    batch_size: int,
-    device: torch.device | str | None = None,
-    should_stop: Callable[[], bool] | None = None,
+def write_shard(
+    key: ShardKey, folder: Path, fill: Callable[[np.ndarray], None]
 ) -> tuple[ShardMarker, bool]:
-    """Embeds blocks ``key.row_start..row_end-1`` into this rank's shard file, or reuses it when already finished.
+    """Computes this rank's shard with ``fill(out)`` (``out``: a [rows, dim] memmap of ``key.dtype`` to fill in
+    place), or reuses it when a previous run finished it for the same key.
 
-    Returns ``(marker, reused)``. ``BuildCancelled`` from ``should_stop`` propagates and leaves no marker.
+    Returns ``(marker, reused)``. An exception from ``fill`` (``BuildCancelled`` on SIGTERM) propagates and leaves no
+    marker, so the next run redoes the shard.
     """
     folder.mkdir(parents=True, exist_ok=True)
     data, marker_path = _paths(folder, key.rank, key.world_size)
@@ -190,11 +188,9 @@ def embed_shard(
     marker_path.unlink(missing_ok=True)  # note: before the data is touched, so no marker describes half-new data
     fsync_path(folder)
     started = time.monotonic()
-    rows = np.arange(key.row_start, key.row_end, dtype=np.int64)
-    out = np.lib.format.open_memmap(data, mode="w+", dtype=np.float32, shape=(len(rows), key.dim))
-    embed_blocks(
-        embedder, blocks, special, key.max_block_length, batch_size, out, device, rows=rows, should_stop=should_stop
-    )
+    shape = (key.row_end - key.row_start, key.dim)
+    out = np.lib.format.open_memmap(data, mode="w+", dtype=np.dtype(key.dtype), shape=shape)
+    fill(out)
     out.flush()
     seconds = time.monotonic() - started
     checksum = _data_sha256(out)
@@ -205,8 +201,28 @@ def embed_shard(
     return marker, False
 
 
+def embed_shard(
+    embedder: Embedder,
+    blocks: datasets.Dataset,
+    special: SpecialIds,
+    key: ShardKey,
+    folder: Path,
+    batch_size: int,
+    device: torch.device | str | None = None,
+    should_stop: Callable[[], bool] | None = None,
+) -> tuple[ShardMarker, bool]:
+    """Embeds blocks ``key.row_start..row_end-1`` into this rank's shard file (``write_shard``)."""
+    rows = np.arange(key.row_start, key.row_end, dtype=np.int64)
+    max_length = key.source["max_block_length"]
+
+    def fill(out: np.ndarray) -> None:
+        embed_blocks(embedder, blocks, special, max_length, batch_size, out, device, rows=rows, should_stop=should_stop)
+
+    return write_shard(key, folder, fill)
+
+
 def assemble(folder: Path, keys: list[ShardKey], out_path: Path) -> list[ShardMarker]:
-    """Streams the finished shards ``keys`` (in row order) into a new [N, D] float32 ``.npy`` at ``out_path``.
+    """Streams the finished shards ``keys`` (in row order) into a new [N, D] ``.npy`` at ``out_path`` (their dtype).
 
     One chunk of rows is in memory at a time: the final array is a memmap filled chunk by chunk, so the embeddings
     are never held twice (REALM's 6.8 GB would otherwise need 13.6). Every marker is re-checked against its file and
@@ -220,13 +236,13 @@ def assemble(folder: Path, keys: list[ShardKey], out_path: Path) -> list[ShardMa
     ends = [m.key.row_end for m in markers]
     if starts[0] != 0 or starts[1:] != ends[:-1]:
         raise ShardError(f"{folder}: shards do not tile the rows contiguously: {list(zip(starts, ends))}")
-    dim = markers[0].key.dim
-    out = np.lib.format.open_memmap(out_path, mode="w+", dtype=np.float32, shape=(ends[-1], dim))
+    dim, dtype = markers[0].key.dim, np.dtype(markers[0].key.dtype)
+    out = np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(ends[-1], dim))
     for marker in markers:
         key = marker.key
         data, marker_path = _paths(folder, key.rank, key.world_size)
         shard = np.load(data, mmap_mode="r")
-        if shard.shape != (marker.num_rows, dim) or shard.dtype != np.float32:
+        if shard.shape != (marker.num_rows, dim) or shard.dtype != dtype:
             raise ShardError(f"{data}: holds {shard.shape} {shard.dtype}, marker says {(marker.num_rows, dim)}")
         digest = hashlib.sha256()
         for start in range(0, len(shard), _CHUNK_ROWS):
@@ -242,12 +258,12 @@ def assemble(folder: Path, keys: list[ShardKey], out_path: Path) -> list[ShardMa
     return markers
 
 
-def remove_shard_folders(run_dir: str | Path, keep: set[str] | None = None) -> list[Path]:
-    """Removes ``index/.shards-*`` folders whose weights hash is not in ``keep``; returns them.
+def remove_shard_folders(parent: str | Path, keep: set[str] | None = None) -> list[Path]:
+    """Removes ``parent/.shards-*`` folders whose weights hash is not in ``keep``; returns them.
 
-    Only the single writer of ``index/`` (rank 0, holding the builder lock) calls this, never during a build.
+    Only the single writer of ``parent`` (rank 0, holding the builder lock) calls this, never during a build.
     """
-    parent = layout.index_dir(run_dir)
+    parent = Path(parent)
     removed = []
     if not parent.is_dir():
         return removed

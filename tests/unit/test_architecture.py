@@ -16,9 +16,9 @@ LIBRARY_LAYERS = [
     ["realm.run"],
     ["realm.index"],
     ["realm.training"],
-    ["realm.pretrain", "realm.qa"],
+    ["realm.pretrain", "realm.qa", "realm.knnlm"],
 ]
-PROCESSES = ["trainer", "index_builder", "warmstart", "finetune"]
+PROCESSES = ["trainer", "index_builder", "warmstart", "finetune", "knnlm"]
 CLI = "realm_cli"
 MAX_MODULE_LINES = 400
 

@@ -14,7 +14,7 @@ import pytest
 from transformers import AutoTokenizer
 
 from index_builder.build import IndexBuilderConfig
-from index_builder.group import BuilderGroup, PeerError
+from realm.index.group import BuilderGroup, PeerError
 from index_builder.sharded import _assemble_and_publish, shard_keys
 from realm.data.packing import SpecialIds
 from realm.index import shards as sh
@@ -90,10 +90,11 @@ def test_a_shard_of_another_version_or_corpus_is_never_reused(world, tmp_path):
     run_dir, export, _, _, _ = world
     assert sh.shard_folder(run_dir, "a" * 64) != sh.shard_folder(run_dir, "b" * 64)  # keyed by the weights hash
     (key,) = _embed_ranks(world, tmp_path, 1)
+    shorter = {**key.source, "max_block_length": key.source["max_block_length"] - 1}
     with pytest.raises(sh.ShardError, match="marker is for"):
-        sh.check_shard(tmp_path, replace(key, max_block_length=key.max_block_length - 1))
+        sh.check_shard(tmp_path, replace(key, source=shorter))
     with pytest.raises(sh.ShardError, match="marker is for"):
-        sh.check_shard(tmp_path, replace(key, weights_sha256="other"))
+        sh.check_shard(tmp_path, replace(key, source={**key.source, "weights_sha256": "other"}))
 
 
 def test_a_missing_or_corrupt_shard_fails_assembly_loudly(world, tmp_path):

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import datetime
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -46,7 +47,7 @@ class BuilderGroup:
         return self.rank == 0
 
     @classmethod
-    def join(cls, device: str, timeout_s: float) -> "BuilderGroup":
+    def join(cls, device: str, timeout_s: float) -> BuilderGroup:
         """Joins the process group the launcher set up (torchrun / accelerate launch), or runs alone without one.
 
         ``device`` is "cpu" (every rank on CPU, gloo) or "cuda" (rank r on its local GPU ``r``; choose the builder's
@@ -100,3 +101,25 @@ class BuilderGroup:
         if kind == "error":
             raise PeerError(f"rank 0 failed: {payload}")
         return payload
+
+
+def shard_report(rank: int, compute: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """This rank's report of its shard: ``{"status": "ok", **compute()}``, or cancelled (``BuildCancelled``), or
+    failed with the error; never raises, so every rank reaches the all-gather that follows."""
+    try:
+        return {"status": "ok", **compute()}
+    except BuildCancelled as err:
+        return {"status": "cancelled", "message": str(err)}
+    except Exception as err:
+        logger.exception("rank %d: its shard failed", rank)
+        return {"status": "failed", "message": f"{type(err).__name__}: {err}"}
+
+
+def check_reports(reports: list[dict[str, Any]]) -> None:
+    """Rank 0, after the all-gather: raises ``PeerError`` naming every failed rank, or ``BuildCancelled`` when a
+    rank was stopped; nothing is published then, and finished shards stay for the next run."""
+    failed = [f"rank {r}: {rep['message']}" for r, rep in enumerate(reports) if rep["status"] == "failed"]
+    if failed:
+        raise PeerError("shard(s) failed, nothing published: " + "; ".join(failed))
+    if any(rep["status"] == "cancelled" for rep in reports):
+        raise BuildCancelled("a rank was stopped; finished shards are kept for the next run")

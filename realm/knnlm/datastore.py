@@ -1,0 +1,206 @@
+"""The kNN-LM datastore: one (key, value) pair per token of a corpus, published like a document index.
+
+```
+DATASTORE/                        one folder per datastore, written by one builder at a time (.lock)
+  ds-00000001/                    a published version: manifest.json written last, then renamed into place
+    keys.npy      [N, D] float16  key of every target token (realm.knnlm.lm key types)
+    values.npy    [N]    int32    the token itself
+    index.faiss                   FAISS over the keys (L2 or inner product; exact, IVF-PQ, ... via IndexConfig)
+    manifest.json                 LM and corpus fingerprints, key type, metric, factory, sizes, file checksums
+  CURRENT                         name of the version readers use (flipped after the publish)
+  .shards-<lm_sha256>/            per-rank key shards of an N-process build (realm.index.shards); reused after a
+                                  crash, removed once published
+  .staging-*                      unpublished work; deleted by the next builder, never read
+```
+
+Readers only ever open a published version with a manifest whose files match their checksums, so a build killed at
+any point leaves nothing that is used.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from realm.core.errors import RunError
+from realm.index import budget
+from realm.index.mips import FaissIndex, IndexConfig
+from realm.run import publication
+
+logger = logging.getLogger(__name__)
+
+PREFIX = "ds-"
+KEYS_FILE = "keys.npy"
+VALUES_FILE = "values.npy"
+FAISS_FILE = "index.faiss"
+LOCK_FILE = ".lock"
+FORMAT = "realm-knnlm-datastore/1"
+
+
+def _default_index() -> IndexConfig:
+    return IndexConfig(metric="l2")
+
+
+@dataclass(kw_only=True, slots=True)
+class DatastoreConfig:
+    """What the datastore's keys are and how they are indexed."""
+
+    key_type: str = "ffn_input"
+    """ffn_input (kNN-LM's default), attn_output or ffn_output: see realm.knnlm.lm."""
+    index: IndexConfig = field(default_factory=_default_index)
+    """FAISS index over the keys: ``factory`` ("Flat" exact, "IVF4096,PQ64" as in the paper, ...),
+    ``memory_budget_gb`` (chooses exact vs IVF-PQ), ``metric`` ("l2", the paper's default, or "ip"), ``nprobe``."""
+    keep_versions: int = 2
+    """Published versions kept; older ones are removed after a new one is published."""
+
+    def __post_init__(self) -> None:
+        from realm.knnlm.lm import (
+            KEY_TYPES,  # note: lm imports transformers models; only the name list is needed
+        )
+
+        if self.key_type not in KEY_TYPES:
+            raise ValueError(f"key_type must be one of {', '.join(KEY_TYPES)}, got {self.key_type!r}")
+        if self.keep_versions < 1:
+            raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
+
+
+def model_fingerprint(model: nn.Module) -> str:
+    """SHA-256 of the model's weights (names, dtypes, shapes, bytes): what the keys depend on."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def tokens_fingerprint(docs: list[np.ndarray]) -> str:
+    """SHA-256 of the tokenized corpus (document boundaries included)."""
+    digest = hashlib.sha256()
+    for doc in docs:
+        digest.update(np.int64(len(doc)).tobytes())
+        digest.update(np.ascontiguousarray(doc, dtype=np.int32).tobytes())
+    return digest.hexdigest()
+
+
+def values_of(docs: list[np.ndarray]) -> np.ndarray:
+    """[N] int32 values in datastore order: every document's tokens after its BOS, documents in order."""
+    parts = [d[1:] for d in docs if len(d) > 1]
+    return np.concatenate(parts).astype(np.int32) if parts else np.empty(0, dtype=np.int32)
+
+
+def next_version(root: Path) -> Path:
+    latest = publication.latest_published(root, PREFIX)
+    return root / publication.folder_name(PREFIX, 1 if latest is None else latest[0] + 1)
+
+
+def publish_datastore(
+    root: Path, staging: Path, values: np.ndarray, cfg: DatastoreConfig, manifest: dict[str, Any]
+) -> Path:
+    """Indexes ``staging/keys.npy``, writes the values, publishes ``staging`` as the next version and points
+    CURRENT at it. Call holding ``root/.lock``."""
+    keys = np.load(staging / KEYS_FILE, mmap_mode="r")
+    if len(keys) != len(values):
+        raise RunError(f"{staging}: {len(keys)} keys but {len(values)} values; nothing published")
+    if len(keys) == 0:
+        raise RunError("the corpus has no token to store (every document is empty); nothing published")
+    np.save(staging / VALUES_FILE, values)
+    plan = budget.plan_index(len(keys), keys.shape[1], cfg.index)
+    index_cfg = IndexConfig(**{**_fields(cfg.index), "factory": plan.factory})
+    logger.info("indexing %d keys of dimension %d with %s (%s)", len(keys), keys.shape[1], plan.factory, plan.reason)
+    FaissIndex.build(keys, index_cfg).save(staging / FAISS_FILE)
+    del keys
+    files = publication.file_entries(staging, [KEYS_FILE, VALUES_FILE, FAISS_FILE])
+    full = {
+        **manifest,
+        "format": FORMAT,
+        "factory": plan.factory,
+        "metric": cfg.index.metric,
+        "key_type": cfg.key_type,
+        "num_entries": len(values),
+        "files": files,
+        "created": publication.now_iso(),
+        **plan.manifest_fields(),
+    }
+    version = publication.publish_folder(staging, next_version(root), full)
+    publication.write_pointer(root / publication.CURRENT, version.name)
+    for old in publication.prune(root, PREFIX, cfg.keep_versions):
+        logger.info("removed old datastore version %s", old)
+    return version
+
+
+def _fields(cfg: IndexConfig) -> dict[str, Any]:
+    return {name: getattr(cfg, name) for name in cfg.__dataclass_fields__}
+
+
+def current_version(root: str | Path) -> Path | None:
+    """The published version CURRENT names, else the newest published one, else None."""
+    root = Path(root)
+    name = publication.read_pointer(root / publication.CURRENT)
+    if name is not None and publication.read_manifest(root / name) is not None:
+        return root / name
+    latest = publication.latest_published(root, PREFIX)
+    return None if latest is None else latest[1]
+
+
+class Datastore:
+    """A loaded datastore version: k-nearest-neighbour search returning scores and token values."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], index: FaissIndex, keys: np.ndarray, values: np.ndarray):
+        self.path, self.manifest, self.index, self.keys, self.values = path, manifest, index, keys, values
+        self._values = torch.from_numpy(values.astype(np.int64))
+
+    @property
+    def num_entries(self) -> int:
+        return len(self.values)
+
+    @property
+    def metric(self) -> str:
+        return self.manifest["metric"]
+
+    def search(self, queries: Tensor, k: int, recompute: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """[Q, D] queries -> ([Q, k'] scores, [Q, k'] token values, [Q, k'] entry ids), best first, k' = min(k, N).
+
+        ``recompute`` replaces the index's (approximate, e.g. PQ) scores with exact ones from the stored keys, as the
+        kNN-LM code does; exact indexes need it not. Unfilled slots have score -inf, value 0 and id -1.
+        """
+        scores, ids = self.index.search(queries.float(), k)
+        valid = ids >= 0
+        safe = ids.clamp(min=0)
+        if recompute:
+            # note: one gather of the neighbours' fp16 keys from the memmap; callers search in batches of queries
+            near = torch.from_numpy(np.asarray(self.keys[safe.numpy().ravel()], dtype=np.float32))
+            near = near.view(*safe.shape, -1)  # [Q, k, D]
+            q = queries.float().cpu()[:, None, :]
+            scores = -((near - q) ** 2).sum(-1) if self.metric == "l2" else (near * q).sum(-1)
+            scores = torch.where(valid, scores, torch.full_like(scores, -torch.inf))
+        values = torch.where(valid, self._values[safe], torch.zeros_like(safe))
+        return scores.float(), values, torch.where(valid, ids, torch.full_like(ids, -1))
+
+
+def load_datastore(root_or_version: str | Path, index_cfg: IndexConfig | None = None, verify: bool = True) -> Datastore:
+    """Opens a datastore folder (its CURRENT version) or one version; with ``verify`` every file is checked against
+    the checksums of its manifest first, so a corrupt datastore is refused with a message naming the file."""
+    path = Path(root_or_version)
+    if not path.is_dir():
+        raise RunError(f"datastore not found: {path}")
+    version = path if publication.read_manifest(path) is not None else current_version(path)
+    if version is None:
+        raise RunError(f"{path} holds no published datastore (build one with `realm knnlm build`)")
+    manifest = publication.read_manifest(version)
+    if manifest is None or manifest.get("format") != FORMAT:
+        raise RunError(f"{version} is not a kNN-LM datastore (no {FORMAT} manifest)")
+    if verify:
+        problems = publication.manifest_problems(version)
+        if problems:
+            raise RunError(f"{version}: {'; '.join(problems)} (corrupt); not used")
+    index = FaissIndex.load(version / FAISS_FILE, index_cfg)
+    keys = np.load(version / KEYS_FILE, mmap_mode="r")
+    values = np.load(version / VALUES_FILE)
+    return Datastore(version, manifest, index, keys, values)

@@ -1,0 +1,77 @@
+"""kNN-LM's distributions as pure functions, in log space (Khandelwal et al. 2020, eq. 2-3; Xu et al. 2023, eq. 2).
+
+Neighbour ``scores`` are "higher is closer": the negative squared L2 distance (the paper's default) or the inner
+product, as ``realm.index.mips`` returns them. With temperature ``tau``,
+
+    p_kNN(w) = sum_{i: v_i = w} exp(s_i / tau) / sum_i exp(s_i / tau)        (i over the k neighbours)
+    p(w)     = (1 - lambda) p_LM(w) + lambda p_kNN(w)
+
+Slots an approximate index could not fill carry score ``-inf`` and take no mass. A token with no neighbour has
+``log p_kNN = -inf``, which the interpolation handles exactly (it adds ``log lambda + -inf``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def _check(scores: Tensor, values: Tensor, tau: float) -> None:
+    if scores.shape != values.shape or scores.ndim != 2:
+        raise ValueError(f"scores and values must both be [Q, K], got {tuple(scores.shape)} and {tuple(values.shape)}")
+    if not tau > 0:
+        raise ValueError(f"tau must be positive, got {tau}")
+
+
+def knn_target_log_probs(scores: Tensor, values: Tensor, targets: Tensor, tau: float = 1.0) -> Tensor:
+    """[Q] ``log p_kNN(targets)`` from the [Q, K] neighbour ``scores`` and their token ``values``."""
+    _check(scores, values, tau)
+    logits = scores.double() / tau
+    matches = torch.where(values == targets[:, None], logits, torch.full_like(logits, -math.inf))
+    return (torch.logsumexp(matches, 1) - torch.logsumexp(logits, 1)).float()
+
+
+def knn_log_probs(scores: Tensor, values: Tensor, vocab_size: int, tau: float = 1.0) -> Tensor:
+    """[Q, V] the whole ``log p_kNN`` distribution (neighbours sharing a token summed in log space)."""
+    _check(scores, values, tau)
+    logits = scores.double() / tau
+    out = torch.full((scores.shape[0], vocab_size), -math.inf, dtype=torch.float64, device=scores.device)
+    index = values.long().clamp(0, vocab_size - 1)
+    out = out.scatter_reduce(1, index, logits, reduce="amax", include_self=True)
+    # note: logsumexp per token = max + log sum exp(x - max); the max per (row, token) makes it overflow-safe
+    shifted = torch.exp(logits - out.gather(1, index)).nan_to_num(0.0)
+    sums = torch.zeros_like(out).scatter_add(1, index, shifted)
+    out = out + torch.log(sums)
+    return (out - torch.logsumexp(logits, 1, keepdim=True)).float()
+
+
+def interpolate(lm_log_probs: Tensor, knn_log_probs_: Tensor, lam: float) -> Tensor:
+    """``log((1 - lam) p_LM + lam p_kNN)`` of two log-probabilities of the same shape; ``lam = 0`` gives
+    ``lm_log_probs`` exactly and ``lam = 1`` gives ``knn_log_probs_`` exactly."""
+    if not 0.0 <= lam <= 1.0:
+        raise ValueError(f"lambda must be in [0, 1], got {lam}")
+    if lam == 0.0:
+        return lm_log_probs.clone()
+    if lam == 1.0:
+        return knn_log_probs_.clone()
+    return torch.logaddexp(lm_log_probs + math.log1p(-lam), knn_log_probs_ + math.log(lam))
+
+
+def mask_to_k(logits: Tensor, k: int) -> Tensor:
+    """Keeps the ``k`` largest of each row, the rest ``-inf`` (Xu et al.'s mask-to-k; all kept when k >= width)."""
+    if k <= 0:
+        raise ValueError(f"k must be positive, got {k}")
+    if k >= logits.shape[-1]:
+        return logits
+    top = logits.topk(k, dim=-1)
+    return torch.full_like(logits, -math.inf).scatter(-1, top.indices, top.values)
+
+
+def perplexity(nll_sum: float, num_tokens: int) -> float:
+    """exp(mean negative log-likelihood); inf for an infinite sum (a token given probability 0)."""
+    if num_tokens <= 0:
+        raise ValueError("perplexity of zero tokens")
+    mean = nll_sum / num_tokens
+    return math.exp(mean) if mean < 700 else math.inf
