@@ -61,9 +61,7 @@ class DatastoreConfig:
     """Published versions kept; older ones are removed after a new one is published."""
 
     def __post_init__(self) -> None:
-        from realm.knnlm.lm import (
-            KEY_TYPES,  # note: lm imports transformers models; only the name list is needed
-        )
+        from realm.knnlm.lm import KEY_TYPES  # note: lm imports transformers models; only the name list is needed
 
         if self.key_type not in KEY_TYPES:
             raise ValueError(f"key_type must be one of {', '.join(KEY_TYPES)}, got {self.key_type!r}")
