@@ -14,11 +14,12 @@ import logging
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from accelerate import Accelerator
 
 from finetune.train import FinetuneConfig, Finetuner
-from realm.core.config import load_config
+from realm.core.config import load_config, parse_overrides
 from realm.core.errors import run_command
 from realm.core.logging import MetricsLogger, init_logging, set_num_threads
 from realm.data.blocks import build_blocks_from_config
@@ -92,14 +93,30 @@ def _stage_config(
     return load_config(cls, path, {"train": train, "data": data, **(extra or {})})
 
 
-def warm_start(args: argparse.Namespace, run: Path, paths: dict[str, Path]) -> dict[str, float]:
+# note: the encoder's shape must be the same in every stage (the warmed-up encoder initialises ICT and
+# pre-training), so a --model.<key>=V of these keys given to the demo reaches all three; the demo configs' rates are
+# scaled to the width (optim.lr_base_width), so the shape is the only thing to change for a larger encoder
+SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
+
+
+def shape_overrides(overrides: list[str]) -> dict[str, Any]:
+    """The ``model`` shape keys among the demo's ``--section.key=value`` overrides, as a nested dict."""
+    model = parse_overrides(overrides).get("model", {})
+    return {key: model[key] for key in SHAPE_KEYS if key in model}
+
+
+def warm_start(args: argparse.Namespace, run: Path, paths: dict[str, Path], shape: dict[str, Any]) -> dict[str, float]:
     """Reader warm-up (unless ``--warmup-steps 0``) into ``run/warmup``, then ICT into ``run/ict``, initialised from
-    the warmed-up encoder; returns the seconds of each stage."""
+    the warmed-up encoder, both with the encoder ``shape``; returns the seconds of each stage."""
     stages = {}
     warmed_up = args.warmup_steps != 0
     if warmed_up:
         t = time.perf_counter()
-        train_warmup(_stage_config(WarmupConfig, args.warmup_config, "warmup", run, paths, args, args.warmup_steps))
+        train_warmup(
+            _stage_config(
+                WarmupConfig, args.warmup_config, "warmup", run, paths, args, args.warmup_steps, {"model": shape}
+            )
+        )
         stages["warmup_s"] = time.perf_counter() - t
     # note: REALM starts both towers and the encoder from one BERT; here the warmed-up encoder plays BERT's part
     # (measured on the demo world: ICT recall@4 0.674 from it, 0.623 from a random BERT)
@@ -107,7 +124,7 @@ def warm_start(args: argparse.Namespace, run: Path, paths: dict[str, Path]) -> d
     train_ict(
         _stage_config(
             ICTConfig, args.ict_config, "ict", run, paths, args, args.ict_steps,
-            {"model": {"init_from": str(run / "warmup" / "encoder")}} if warmed_up else {},
+            {"model": {**shape, **({"init_from": str(run / "warmup" / "encoder")} if warmed_up else {})}},
         )  # fmt: skip
     )
     stages["ict_s"] = time.perf_counter() - t
@@ -141,7 +158,7 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
             *overrides,
         ],
     )
-    stages |= warm_start(args, run, paths)
+    stages |= warm_start(args, run, paths, shape_overrides(overrides))
 
     trainer = Trainer(cfg, Accelerator())
 

@@ -1,0 +1,43 @@
+"""The width rule of the demo's rates: lr x lr_base_width / width, for every parameter group, from the widest model
+inside; the demo hands a --model shape to every stage."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import BertConfig
+
+from realm.models.retriever import RetrieverConfig
+from realm.pretrain.model import RealmModel
+from realm.training.optim import OptimConfig, build_optimizer, model_width, peak_lr
+from realm_cli.demo import shape_overrides
+
+
+def _realm(width: int) -> RealmModel:
+    bert = BertConfig(vocab_size=50, hidden_size=width, num_hidden_layers=1, num_attention_heads=2,
+                      intermediate_size=2 * width, max_position_embeddings=32)  # fmt: skip
+    return RealmModel.from_config(bert, RetrieverConfig(embed_dim=8, max_query_length=8, max_block_length=16))
+
+
+@pytest.mark.parametrize("width", [64, 128, 256])
+def test_rates_scale_inversely_with_width(width):
+    model = _realm(width)
+    assert model_width(model) == width
+    cfg = OptimConfig(lr=1e-3, lr_base_width=128, retriever_lr_scale=0.1, warmup_steps=0)
+    optimizer, _ = build_optimizer(model, cfg, 10)
+    expected = 1e-3 * 128 / width
+    assert peak_lr(model, cfg) == pytest.approx(expected)
+    rates = sorted({round(g["lr"], 12) for g in optimizer.param_groups})
+    assert rates == sorted({round(expected, 12), round(expected * 0.1, 12)})  # retriever groups keep their share
+    off, _ = build_optimizer(model, OptimConfig(lr=1e-3, warmup_steps=0), 10)
+    assert {g["lr"] for g in off.param_groups} == {1e-3}  # 0: the rate as given
+
+
+def test_a_model_without_a_width_is_a_clear_error():
+    with pytest.raises(ValueError, match="lr_base_width=0"):
+        build_optimizer(torch.nn.Linear(2, 2), OptimConfig(lr=1e-3, lr_base_width=128), 10)
+
+
+def test_the_demo_hands_the_encoder_shape_to_every_stage():
+    overrides = ["--model.hidden_size=256", "--model.num_layers=4", "--optim.lr=5e-4", "--model.init_from=x"]
+    assert shape_overrides(overrides) == {"hidden_size": 256, "num_layers": 4}
