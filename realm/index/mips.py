@@ -75,7 +75,8 @@ class IndexConfig:
     enable_gpu: bool = True
     """Train and fill IVF indexes on the GPUs when faiss-gpu reports any (the published index is a CPU index)."""
     enable_gpu_search: bool = False
-    """Search a loaded index sharded over all FAISS GPUs, flat in fp16. Off by default: every process that loads the
+    """Search a loaded index sharded over all FAISS GPUs, flat in fp16; where FAISS has no GPU support (faiss-cpu)
+    and CUDA is available, an exact (Flat) index is searched with torch instead (``realm.index.torch_search``). Off by default: every process that loads the
     index (each trainer rank) would put its own copy on every GPU."""
 
     def __post_init__(self) -> None:

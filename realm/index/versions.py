@@ -16,6 +16,8 @@ import torch
 from torch import Tensor
 
 from realm.core.errors import UserError
+from realm.index import gpu as index_gpu
+from realm.index import torch_search
 from realm.index.mips import FaissIndex, IndexConfig
 from realm.run.layout import INDEX_PREFIX, RETRIEVER_PREFIX, index_dir, retriever_dir
 from realm.run.publication import (
@@ -116,7 +118,7 @@ class PublishedIndex:
     step: int
     """Retriever step whose document embedder produced the embeddings."""
     path: Path
-    index: FaissIndex
+    index: FaissIndex | torch_search.TorchIndex
     manifest: dict[str, Any]
     block_ids: np.ndarray
     """[N] int64: block id of each FAISS row."""
@@ -160,6 +162,11 @@ def load_index_version(path: Path, verify: bool = True, cfg: IndexConfig | None 
     except (RuntimeError, ValueError, OSError) as err:
         raise IndexVersionError(f"{path}: cannot read index files: {err}") from err
     index.factory = manifest.get("factory", index.factory)
+    devices = torch_search.accelerator_devices()
+    if cfg is not None and cfg.enable_gpu_search and index_gpu.num_gpus() == 0 and devices and index.factory == "Flat":
+        # note: exact search on the GPUs without faiss-gpu: the same ranking as the Flat index, in torch
+        logger.info("%s: exact search with torch on %s (FAISS has no GPU support here)", path, ", ".join(devices))
+        index = torch_search.TorchIndex(np.load(path / EMBEDDINGS_FILE, mmap_mode="r"), devices, metric=index.metric)
     expected = (manifest["num_vectors"], manifest["dim"])
     if (index.num_vectors, index.dim) != expected or block_ids.shape != (expected[0],):
         raise IndexVersionError(
