@@ -41,6 +41,9 @@ KEYS_FILE = "keys.npy"
 VALUES_FILE = "values.npy"
 FAISS_FILE = "index.faiss"
 LOCK_FILE = ".lock"
+# queries whose neighbours' keys are gathered at once when re-scoring exactly: bounds that gather's memory
+# (256 x 1024 neighbours x 128 dims x 4 bytes = 128 MB) whatever the search batch
+_RECOMPUTE_ROWS = 256
 FORMAT = "realm-knnlm-datastore/1"
 
 
@@ -162,6 +165,12 @@ class Datastore:
     def metric(self) -> str:
         return self.manifest["metric"]
 
+    def _exact_scores(self, queries: Tensor, ids: Tensor) -> Tensor:
+        """[Q, k] exact scores of ``ids`` (valid entry ids) from the stored fp16 keys, gathered from the memmap."""
+        near = torch.from_numpy(np.asarray(self.keys[ids.numpy().ravel()], dtype=np.float32)).view(*ids.shape, -1)
+        q = queries.float().cpu()[:, None, :]
+        return -((near - q) ** 2).sum(-1) if self.metric == "l2" else (near * q).sum(-1)
+
     def search(self, queries: Tensor, k: int, recompute: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """[Q, D] queries -> ([Q, k'] scores, [Q, k'] token values, [Q, k'] entry ids), best first, k' = min(k, N).
 
@@ -172,11 +181,12 @@ class Datastore:
         valid = ids >= 0
         safe = ids.clamp(min=0)
         if recompute:
-            # note: one gather of the neighbours' fp16 keys from the memmap; callers search in batches of queries
-            near = torch.from_numpy(np.asarray(self.keys[safe.numpy().ravel()], dtype=np.float32))
-            near = near.view(*safe.shape, -1)  # [Q, k, D]
-            q = queries.float().cpu()[:, None, :]
-            scores = -((near - q) ** 2).sum(-1) if self.metric == "l2" else (near * q).sum(-1)
+            scores = torch.cat(
+                [
+                    self._exact_scores(queries[first : first + _RECOMPUTE_ROWS], safe[first : first + _RECOMPUTE_ROWS])
+                    for first in range(0, len(queries), _RECOMPUTE_ROWS)
+                ]
+            )
             scores = torch.where(valid, scores, torch.full_like(scores, -torch.inf))
         values = torch.where(valid, self._values[safe], torch.zeros_like(safe))
         return scores.float(), values, torch.where(valid, ids, torch.full_like(ids, -1))
@@ -199,6 +209,7 @@ def load_datastore(root_or_version: str | Path, index_cfg: IndexConfig | None = 
         if problems:
             raise RunError(f"{version}: {'; '.join(problems)} (corrupt); not used")
     index = FaissIndex.load(version / FAISS_FILE, index_cfg)
+    index.factory = manifest.get("factory", index.factory)  # note: what was built, not the caller's search config
     keys = np.load(version / KEYS_FILE, mmap_mode="r")
     values = np.load(version / VALUES_FILE)
     return Datastore(version, manifest, index, keys, values)

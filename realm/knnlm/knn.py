@@ -30,7 +30,13 @@ def knn_target_log_probs(scores: Tensor, values: Tensor, targets: Tensor, tau: f
     _check(scores, values, tau)
     logits = scores.double() / tau
     matches = torch.where(values == targets[:, None], logits, torch.full_like(logits, -math.inf))
-    return (torch.logsumexp(matches, 1) - torch.logsumexp(logits, 1)).float()
+    return _normalised(torch.logsumexp(matches, 1), torch.logsumexp(logits, 1)).float()
+
+
+def _normalised(log_mass: Tensor, log_norm: Tensor) -> Tensor:
+    """``log_mass - log_norm``, and -inf (no mass), not NaN, for a query with no neighbour at all (every slot
+    unfilled, as an approximate index can leave it)."""
+    return torch.where(torch.isneginf(log_norm), torch.full_like(log_mass, -math.inf), log_mass - log_norm)
 
 
 def knn_log_probs(scores: Tensor, values: Tensor, vocab_size: int, tau: float = 1.0) -> Tensor:
@@ -44,7 +50,7 @@ def knn_log_probs(scores: Tensor, values: Tensor, vocab_size: int, tau: float = 
     shifted = torch.exp(logits - out.gather(1, index)).nan_to_num(0.0)
     sums = torch.zeros_like(out).scatter_add(1, index, shifted)
     out = out + torch.log(sums)
-    return (out - torch.logsumexp(logits, 1, keepdim=True)).float()
+    return _normalised(out, torch.logsumexp(logits, 1, keepdim=True).expand_as(out)).float()
 
 
 def interpolate(lm_log_probs: Tensor, knn_log_probs_: Tensor, lam: float) -> Tensor:

@@ -114,7 +114,8 @@ def tokenize_documents(tokenizer: PreTrainedTokenizerBase, texts: Iterable[str])
     """``[BOS] tokens`` of each text (int32); texts with no token are kept as ``[BOS]`` alone (no target)."""
     start = bos_id(tokenizer)
     texts = list(texts)
-    encoded = tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+    # note: verbose=False: "longer than the maximum length" does not apply, long texts are cut into windows
+    encoded = tokenizer(texts, add_special_tokens=False, verbose=False)["input_ids"] if texts else []
     return [np.asarray([start, *ids], dtype=np.int32) for ids in encoded]
 
 

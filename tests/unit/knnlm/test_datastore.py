@@ -166,3 +166,15 @@ def test_a_build_that_died_after_its_shard_reuses_it(built, tmp_path, monkeypatc
     monkeypatch.setattr(ds, "publish_datastore", real)
     version = build_datastore(tmp_path, lm_cfg, corpus, DatastoreConfig())
     assert publication.read_manifest(version)["reused_shards"] == [0]
+
+
+def test_the_search_batch_changes_nothing_but_speed(built, tiny_lm):
+    lm_cfg, _, root = built
+    _, _, heldout = tiny_lm
+    store = load_datastore(root)
+    model, tokenizer = load_causal_lm(lm_cfg)
+    docs = tokenize_documents(tokenizer, read_texts(CorpusConfig(path=str(heldout))))[:5]
+    small = ev.collect(model, docs, lm_cfg, store, ev.KNNConfig(k=16, search_batch=7))
+    large = ev.collect(model, docs, lm_cfg, store, ev.KNNConfig(k=16, search_batch=4096))
+    assert torch.equal(small.values, large.values) and torch.allclose(small.scores, large.scores)
+    assert len(small.targets) == len(small.scores)

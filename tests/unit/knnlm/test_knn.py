@@ -90,3 +90,15 @@ def test_mask_to_k_keeps_the_k_largest():
     assert masked[0, 1] == 3.0 and masked[0, 3] == 2.0
     assert torch.isinf(masked[0, 0]) and torch.isinf(masked[0, 2])
     assert torch.equal(knn.mask_to_k(logits, 10), logits)
+
+
+def test_a_query_with_no_neighbour_at_all_has_probability_zero_not_nan():
+    # an approximate index can leave every slot of a query unfilled (score -inf)
+    scores = torch.tensor([[-math.inf, -math.inf], [-1.0, -2.0]])
+    values = torch.tensor([[0, 0], [1, 0]])
+    target = knn.knn_target_log_probs(scores, values, torch.tensor([0, 1]))
+    assert target[0].item() == -math.inf and not torch.isnan(target).any()
+    full = knn.knn_log_probs(scores, values, 3)
+    assert torch.isneginf(full[0]).all() and not torch.isnan(full).any()
+    mixed = knn.interpolate(torch.tensor([-1.0, -1.0]), target, 0.25)
+    assert math.isclose(mixed[0].item(), -1.0 + math.log(0.75), rel_tol=1e-6)
