@@ -136,7 +136,14 @@ def export(run_dir: Path, args: argparse.Namespace, blocks: Path, tokenizer: Pat
 
 def builder_run(run_dir: Path, processes: int, args: argparse.Namespace) -> dict[str, float]:
     """One build of the export in ``run_dir`` by ``processes`` builder processes; figures from its manifest."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(args.threads), "ACCELERATE_USE_CPU": "true"}
+    # note: the repository first on the caller's path (not instead of it); accelerate is told to stay on the CPU only
+    # for a CPU run, or a GPU build would silently run on the CPU
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    env = {**os.environ, "PYTHONPATH": path, "OMP_NUM_THREADS": str(args.threads)}
+    if args.device == "cpu":
+        env["ACCELERATE_USE_CPU"] = "true"
+    else:
+        env.pop("ACCELERATE_USE_CPU", None)
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
     cmd += ["-m", "index_builder.build", "--config", str(REPO / "configs/index/tiny.yaml"), "--run_dir", str(run_dir)]

@@ -52,8 +52,15 @@ if [[ "$TOPOLOGY" == multi_node && "${MACHINE_RANK:-0}" != 0 ]]; then
     BUILDER_GPUS="${BUILDER_GPUS:-none}"
 fi
 BUILDER_GPUS="${BUILDER_GPUS:-$last_gpu}"
+max_processes="$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))"
 if [[ -z "${NUM_PROCESSES:-}" ]]; then
-    LAUNCH_ARGS+=(--num_processes "$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))")
+    LAUNCH_ARGS+=(--num_processes "$max_processes")
+elif ((NUM_PROCESSES > max_processes)); then
+    # note: one trainer process per GPU; more would die in CUDA with "invalid device ordinal"
+    echo "launch/pretrain.sh: NUM_PROCESSES=$NUM_PROCESSES trainer processes but only $max_processes GPU(s) for them" \
+        "(TRAINER_GPUS=$TRAINER_GPUS x NUM_MACHINES=${NUM_MACHINES:-1}); use NUM_PROCESSES<=$max_processes," \
+        "or TOPOLOGY=multi_cpu for CPU processes" >&2
+    exit 2
 fi
 
 builder_pid=""

@@ -59,7 +59,9 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
     assert summary["qa_steps"] == 4 and summary["qa_num_questions"] == 20
     assert (run / "qa" / "model" / "manifest.json").is_file()
     assert len((run / "qa" / "eval" / "dev-step-4" / "predictions.jsonl").read_text().splitlines()) == 20
-    assert summary["pretrain_steps"] == 6 and summary["num_index_refreshes"] >= 2
+    # note: >= 1, the first index, which the trainer waits for; how many later versions are swapped in before the
+    # last step depends on how fast the machine trains (a GPU finishes 6 steps before a second index is published)
+    assert summary["pretrain_steps"] == 6 and summary["num_index_refreshes"] >= 1
     assert summary["num_heldout_examples"] == 40
     assert "held-out accuracy, with retrieval" in proc.stdout
     assert (run / "ict" / "retriever" / "manifest.json").is_file()

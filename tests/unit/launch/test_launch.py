@@ -110,6 +110,19 @@ def test_pretrain_sh_placement_is_overridable(tmp_path):
     assert trainer.startswith("accelerate 0,1,2|") and "--num_processes 2" in trainer and builders == []
 
 
+def test_pretrain_sh_refuses_more_trainer_processes_than_gpus(tmp_path):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    _stub(bin_dir, "nvidia-smi", "printf '0\\n'")  # one GPU, shared by the trainer and the builder
+    _stub(bin_dir, "accelerate", "exit 0")
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "TOPOLOGY")}
+    env.update(PATH=f"{bin_dir}:{os.environ['PATH']}", RUN_DIR=str(tmp_path / "run"), NUM_PROCESSES="2")
+    proc = subprocess.run(["bash", str(LAUNCH / "pretrain.sh"), "--config", "configs/pretrain/base.yaml"], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 2
+    assert "NUM_PROCESSES=2 trainer processes but only 1 GPU(s)" in proc.stderr and "TOPOLOGY=multi_cpu" in proc.stderr
+
+
 def test_pretrain_sh_multi_node_starts_the_builder_on_node_0_only(tmp_path):
     nodes = dict(TOPOLOGY="multi_node", NUM_MACHINES="2", MAIN_PROCESS_IP="node0")
     (trainer,), (builder,) = _pretrain_sh(tmp_path, MACHINE_RANK="0", **nodes)
