@@ -29,6 +29,7 @@ from realm.data.vocab import train_wordpiece
 from realm.data.world import WorldConfig, generate_world, write_world
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.evaluation import evaluate_heldout
+from realm.training.accelerator import enable_tf32
 from trainer.loop import Trainer
 from warmstart.ict import ICTConfig, train_ict
 from warmstart.reader import WarmupConfig, train_warmup
@@ -160,6 +161,7 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
     )
     stages |= warm_start(args, run, paths, shape_overrides(overrides))
 
+    enable_tf32()
     trainer = Trainer(cfg, Accelerator())
 
     def evaluate():

@@ -28,8 +28,20 @@ def cpu_safe_mixed_precision() -> str | None:
     return "no" if requested != "no" and not on_gpu else None
 
 
+def enable_tf32() -> bool:
+    """TF32 tensor cores for the fp32 matmuls and convolutions of a CUDA process (what remains fp32 under autocast,
+    and everything in an fp32 run): the first GPU measurements ran fp32 matmuls at 46 TFLOP/s without it. Returns
+    whether it was enabled (False on CPU, where nothing changes)."""
+    if not torch.cuda.is_available() or parse_flag_from_env("ACCELERATE_USE_CPU"):
+        return False
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return True
+
+
 def build_accelerator(tracking: TrackingConfig, run_dir: str | Path) -> Accelerator:
-    """An ``Accelerator`` logging to ``tracking``'s trackers under ``run_dir``, fp32 when on CPU."""
+    """An ``Accelerator`` logging to ``tracking``'s trackers under ``run_dir``, fp32 when on CPU, TF32 on GPUs."""
+    enable_tf32()
     precision = cpu_safe_mixed_precision()
     if precision == "no":
         logger.warning("mixed precision %s requested on CPU: running in fp32", os.environ["ACCELERATE_MIXED_PRECISION"])

@@ -41,3 +41,16 @@ def test_a_model_without_a_width_is_a_clear_error():
 def test_the_demo_hands_the_encoder_shape_to_every_stage():
     overrides = ["--model.hidden_size=256", "--model.num_layers=4", "--optim.lr=5e-4", "--model.init_from=x"]
     assert shape_overrides(overrides) == {"hidden_size": 256, "num_layers": 4}
+
+
+def test_tf32_is_enabled_for_cuda_processes_only(monkeypatch):
+    from realm.training import accelerator
+
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert accelerator.enable_tf32() is False and torch.backends.cuda.matmul.allow_tf32 is False
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+    assert accelerator.enable_tf32() is False  # a CPU process of a GPU machine
+    monkeypatch.delenv("ACCELERATE_USE_CPU")
+    assert accelerator.enable_tf32() is True and torch.backends.cuda.matmul.allow_tf32 is True
