@@ -73,6 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     command, rest = argv[0], argv[1:]
     if " ".join(argv[:2]) in COMMANDS:  # note: two-word commands ("knnlm build")
         command, rest = " ".join(argv[:2]), argv[2:]
+    subcommands = [name.split(" ", 1)[1] for name in COMMANDS if name.startswith(f"{command} ")]
+    if command not in COMMANDS and subcommands:
+        given = f"unknown subcommand {rest[0]!r}" if rest else "a subcommand is needed"
+        print(f"realm {command}: {given}; one of: {', '.join(subcommands)}", file=sys.stderr)
+        return USER_ERROR_EXIT_CODE
     if command not in COMMANDS:
         print(f"realm: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE

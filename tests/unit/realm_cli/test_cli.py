@@ -70,6 +70,13 @@ def test_unknown_command_exits_2_with_a_message(capsys):
     assert "unknown command 'frobnicate'" in err and "world" in err
 
 
+def test_a_command_group_names_its_subcommands(capsys):
+    assert main(["knnlm"]) == 2
+    assert "realm knnlm: a subcommand is needed; one of: train-lm, build, evaluate, sweep" in capsys.readouterr().err
+    assert main(["knnlm", "nope"]) == 2
+    assert "unknown subcommand 'nope'" in capsys.readouterr().err
+
+
 def test_every_command_resolves_to_a_function():
     for command in COMMANDS:
         assert callable(resolve(command)), command
