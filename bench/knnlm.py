@@ -8,8 +8,9 @@ paragraph or passage. Each source is split *by article*: articles in sha256 orde
 cumulative words into E, held-out evaluation articles (``--eval-share``, 10%), U, in-domain articles the LM never
 trains on (``--unseen-share``, 20%), and T, the rest (70%), the only text the tiny GPT-2 (``realm.knnlm.train_lm``)
 and its WordPiece vocabulary see. Perplexity is measured on ``--eval-docs`` documents of E, evenly spread over its
-articles (exact search costs E tokens x datastore entries, so this bounds the run). T, U, T+U (T's documents first)
-and E are written as jsonl corpora in ``--work`` (a new temporary folder by default).
+articles (exact search costs E tokens x datastore entries, so this bounds the run); as many other documents of E's
+articles form V, the validation set on which rows 2 and 3 also choose tau and lambda before reporting on E. T, U,
+T+U (T's documents first), V and E are written as jsonl corpora in ``--work`` (a new temporary folder by default).
 
 Every perplexity is over the same tokens of E (``realm.knnlm.evaluate``: one LM pass and one search of k = 1024
 neighbours per datastore; any k, tau, lambda is arithmetic on it). ``/ LM`` is the ratio to row 1 (to the LM's
@@ -100,7 +101,8 @@ from realm.run import publication  # noqa: E402
 from realm.training.optim import OptimConfig  # noqa: E402
 
 K, LAM, TAU = 1024, 0.25, 1.0  # the paper's in-domain setting
-LAMBDAS, TAUS, KS, SIZES = (0.1, 0.25, 0.5, 0.65, 0.8), (0.3, 1.0, 3.0, 10.0), (8, 32, 128, 512, 1024), (0.1, 0.25, 0.5)
+LAMBDAS, TAUS = (0.1, 0.25, 0.5, 0.65, 0.8), (0.3, 1.0, 3.0, 10.0, 30.0)
+KS, SIZES = (8, 32, 128, 512, 1024), (0.1, 0.25, 0.5)
 WORLD_CONTEXT, WORLD_VOCAB = 64, 4000
 SCALES = {  # the values of the scale options left unset, without and with --quick
     "default": {"lm_steps": 1500, "lm_hidden": 128, "lm_layers": 4, "context": 128, "vocab": 8000, "max_docs": 0,
@@ -137,7 +139,11 @@ def write_splits(args, work: Path) -> dict[str, dict]:
         splits["T"], splits["U"] = splits["T"][: args.max_docs - unseen], splits["U"][:unseen]
     if args.eval_docs and args.eval_docs < len(splits["E"]):  # note: evenly spread over E's articles
         picks = np.unique(np.linspace(0, len(splits["E"]) - 1, args.eval_docs).round().astype(int))
+        rest = [d for i, d in enumerate(splits["E"]) if i not in set(picks.tolist())]
         splits["E"] = [splits["E"][i] for i in picks]
+        # note: V, where tau and lambda are chosen: other documents of E's articles, never the ones reported on
+        chosen = np.unique(np.linspace(0, len(rest) - 1, min(args.eval_docs, len(rest))).round().astype(int))
+        splits["V"] = [rest[i] for i in chosen]
     splits["TU"] = splits["T"] + splits["U"]
     info = {}
     for name, records in splits.items():
@@ -334,13 +340,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, split in splits.items():
         split["tokens"] = int(num_targets(docs[name]).sum())
 
-    def collect(store, recompute=False) -> ev.Neighbours:
+    def collect(store, recompute=False, split="E") -> ev.Neighbours:
         if store is not None:
             ev.check_compatible(model, store)
         # note: each FAISS call streams every key, so exact search takes 4,096 queries a call (6x faster than the
         # default 256 on this machine); re-scoring keeps 256, which bounds the [queries, k, D] gather of keys
         knn_cfg = ev.KNNConfig(k=K, recompute=recompute, search_batch=256 if recompute else 4096)
-        return ev.collect(model, docs["E"], lm_cfg, store, knn_cfg)
+        return ev.collect(model, docs[split], lm_cfg, store, knn_cfg)
 
     def ppl(nb: ev.Neighbours, k=K, tau=TAU, lam=LAM) -> float:
         return ev.score(nb, k, tau, lam)["ppl_knnlm"]
@@ -366,6 +372,13 @@ def main(argv: list[str] | None = None) -> int:
         for lam in (LAM, 0.65):
             settings = f"k {K}, lambda {lam}, tau 1"
             add_ppl("3", "kNN-LM, + unseen in-domain", where["T+U"], settings, ppl(nbs["T+U"], lam=lam))
+        if "V" in docs:  # note: tau and lambda chosen on V, perplexity reported on E
+            for num, name, row in (("2", "T", "kNN-LM, the LM's training data"),
+                                   ("3", "T+U", "kNN-LM, + unseen in-domain")):  # fmt: skip
+                grid = ev.sweep(collect(stores[name], split="V"), [K], TAUS, LAMBDAS)
+                on_v = min(grid, key=lambda r: r["ppl_knnlm"])
+                settings = f"k {K}, tau {on_v['tau']}, lambda {on_v['lambda']} (chosen on V: {on_v['ppl_knnlm']:.2f})"
+                add_ppl(num, row, where[name], settings, ppl(nbs[name], tau=on_v["tau"], lam=on_v["lambda"]))
     with stage("4 sweeps and datastore sizes"):
         for name, nb in nbs.items():
             grid = ev.sweep(nb, [k for k in KS if k <= nb.scores.shape[1]], TAUS, LAMBDAS)
