@@ -94,7 +94,7 @@ from realm.knnlm.lm import (  # noqa: E402
     num_targets,
     score_documents,
     tokenize_documents,
-    windows,
+    window_batches,
 )
 from realm.knnlm.train_lm import TinyLMConfig, train_tiny_lm  # noqa: E402
 from realm.run import publication  # noqa: E402
@@ -180,11 +180,10 @@ def _padded(seqs: list[np.ndarray]) -> dict[str, torch.Tensor]:
 
 def bare_forward_seconds(model, docs: list[np.ndarray], lm_cfg: LMConfig) -> float:
     """A plain ``model(input_ids, attention_mask)`` over the windows and batches ``score_documents`` makes."""
-    spans = [(d, *w) for d, doc in enumerate(docs) for w in windows(len(doc), lm_cfg.context_length, lm_cfg.stride)]
     started = time.perf_counter()
     with torch.inference_mode():
-        for first in range(0, len(spans), lm_cfg.batch_size):
-            model(**_padded([docs[d][s:e] for d, s, e, _ in spans[first : first + lm_cfg.batch_size]]))
+        for _, inputs in window_batches(model, docs, lm_cfg):
+            model(**inputs)
     return time.perf_counter() - started
 
 

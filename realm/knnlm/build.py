@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from transformers import PreTrainedModel
 
 from realm.core.errors import InputError, RunError
 from realm.core.logging import progress
@@ -45,6 +44,7 @@ from realm.knnlm.lm import (
     tokenize_documents,
 )
 from realm.run import publication
+from realm.training.optim import model_width
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +78,6 @@ def shard_keys(docs: list[np.ndarray], dim: int, world_size: int, source: dict[s
             )
         )
     return keys
-
-
-def key_dim(model: PreTrainedModel) -> int:
-    return int(getattr(model.config, "n_embd", 0) or model.config.hidden_size)
 
 
 def _fill(model, docs, lm_cfg, key_type, should_stop) -> Callable[[np.ndarray], None]:
@@ -128,7 +124,7 @@ def build_datastore(
         "context_length": lm_cfg.context_length,
         "stride": lm_cfg.stride,
     }
-    keys = shard_keys(docs, key_dim(model), group.world_size, source)
+    keys = shard_keys(docs, model_width(model), group.world_size, source)  # every key type has the model's width
     folder = shard_folder(root, lm_sha)
     own = keys[group.rank]
 
@@ -155,12 +151,13 @@ def build_datastore(
                 "key_seconds": round(max(rep["seconds"] for rep in reports), 3),
                 "build_seconds": round(time.time() - started, 3),
             }
-            version = ds.publish_datastore(root, staging, ds.values_of(docs), cfg, manifest)
+            values = ds.values_of(docs)
+            version = ds.publish_datastore(root, staging, values, cfg, manifest)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         remove_shard_folders(root)
-        logger.info("published %s: %d entries", version, len(ds.values_of(docs)))
+        logger.info("published %s: %d entries", version, len(values))
         return str(version)
 
     return Path(group.from_main(finish))

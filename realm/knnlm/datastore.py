@@ -19,6 +19,7 @@ any point leaves nothing that is used.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import logging
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ def publish_datastore(
         raise RunError("the corpus has no token to store (every document is empty); nothing published")
     np.save(staging / VALUES_FILE, values)
     plan = budget.plan_index(len(keys), keys.shape[1], cfg.index)
-    index_cfg = IndexConfig(**{**_fields(cfg.index), "factory": plan.factory})
+    index_cfg = dataclasses.replace(cfg.index, factory=plan.factory)
     logger.info("indexing %d keys of dimension %d with %s (%s)", len(keys), keys.shape[1], plan.factory, plan.reason)
     FaissIndex.build(keys, index_cfg).save(staging / FAISS_FILE)
     del keys
@@ -134,10 +135,6 @@ def publish_datastore(
     for old in publication.prune(root, PREFIX, cfg.keep_versions):
         logger.info("removed old datastore version %s", old)
     return version
-
-
-def _fields(cfg: IndexConfig) -> dict[str, Any]:
-    return {name: getattr(cfg, name) for name in cfg.__dataclass_fields__}
 
 
 def current_version(root: str | Path) -> Path | None:
@@ -205,9 +202,7 @@ def load_datastore(root_or_version: str | Path, index_cfg: IndexConfig | None = 
     if manifest is None or manifest.get("format") != FORMAT:
         raise RunError(f"{version} is not a kNN-LM datastore (no {FORMAT} manifest)")
     if verify:
-        problems = publication.manifest_problems(version)
-        if problems:
-            raise RunError(f"{version}: {'; '.join(problems)} (corrupt); not used")
+        publication.verify_published(version)
     index = FaissIndex.load(version / FAISS_FILE, index_cfg)
     index.factory = manifest.get("factory", index.factory)  # note: what was built, not the caller's search config
     keys = np.load(version / KEYS_FILE, mmap_mode="r")

@@ -114,6 +114,7 @@ def train_learned(
 @torch.no_grad()
 def learned_log_probs(module: LearnedDatastore, keys: Tensor, targets: Tensor, k: int, tau: float) -> Tensor:
     """[T] ``log p_ds(target)`` for every evaluation token, in batches."""
-    out = [module.target_log_probs(keys[s : s + 1024], targets[s : s + 1024], k, tau) for s in range(0, len(keys), 1024)]
+    rows = range(0, len(keys), 1024)
+    out = [module.target_log_probs(keys[s : s + 1024], targets[s : s + 1024], k, tau) for s in rows]
     return torch.cat(out) if out else torch.empty(0)
 

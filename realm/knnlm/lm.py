@@ -198,6 +198,20 @@ def _collate(docs: list[np.ndarray], spans: list[tuple[int, int, int, int]], pad
     return {"input_ids": ids, "attention_mask": mask}
 
 
+def window_batches(
+    model: PreTrainedModel, docs: list[np.ndarray], cfg: LMConfig
+) -> Iterator[tuple[list[tuple[int, int, int, int]], dict[str, Tensor]]]:
+    """Every document's windows (``(doc, start, end, first target)``), ``cfg.batch_size`` at a time, with their
+    padded inputs on the model's device: what ``score_documents`` runs (and a bare forward can be timed on)."""
+    spans = [(d, *w) for d, doc in enumerate(docs) for w in windows(len(doc), cfg.context_length, cfg.stride)]
+    device = next(model.parameters()).device
+    eos = getattr(model.config, "eos_token_id", None)
+    pad_id = int((eos[0] if isinstance(eos, list) else eos) or 0) if eos is not None else 0  # note: masked out anyway
+    for first in range(0, len(spans), cfg.batch_size):
+        batch = spans[first : first + cfg.batch_size]
+        yield batch, {k: v.to(device) for k, v in _collate(docs, batch, pad_id).items()}
+
+
 def score_documents(
     model: PreTrainedModel,
     docs: list[np.ndarray],
@@ -208,17 +222,12 @@ def score_documents(
 ) -> Iterator[ScoredTokens]:
     """Scores every target token of ``docs`` (``tokenize_documents``), a batch of windows at a time, in document
     order; keys are read with ``KeyReader`` (``want_keys=False`` skips copying them out)."""
-    spans = [(d, *w) for d, doc in enumerate(docs) for w in windows(len(doc), cfg.context_length, cfg.stride)]
     device = next(model.parameters()).device
-    eos = getattr(model.config, "eos_token_id", None)
-    pad_id = int((eos[0] if isinstance(eos, list) else eos) or 0) if eos is not None else 0  # note: masked out anyway
     reader = KeyReader(model, key_type)
     try:
         with torch.inference_mode():
-            for first in range(0, len(spans), cfg.batch_size):
-                batch = spans[first : first + cfg.batch_size]
-                inputs = {k: v.to(device) for k, v in _collate(docs, batch, pad_id).items()}
-                logits = model(**inputs).logits.float()
+            for batch, inputs in window_batches(model, docs, cfg):
+                logits = model(**inputs).logits
                 keys = reader.value
                 rows, cols, targets, doc_ids, positions = [], [], [], [], []
                 for row, (doc, start, end, first_target) in enumerate(batch):
@@ -231,7 +240,8 @@ def score_documents(
                 r = torch.from_numpy(np.concatenate(rows)).to(device)
                 c = torch.from_numpy(np.concatenate(cols)).to(device)
                 t = torch.from_numpy(np.concatenate(targets).astype(np.int64)).to(device)
-                log_probs = torch.log_softmax(logits[r, c], dim=-1).gather(1, t[:, None])[:, 0]
+                # note: the scored positions' logits only, then fp32 (not the whole [B, L, V] block)
+                log_probs = torch.log_softmax(logits[r, c].float(), dim=-1).gather(1, t[:, None])[:, 0]
                 yield ScoredTokens(
                     targets=t.cpu(),
                     lm_log_probs=log_probs.cpu(),
