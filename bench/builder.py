@@ -41,10 +41,10 @@ from step import bert_flops, device_time, matmul_peak  # bench/step.py, beside t
 from transformers import BertConfig, BertTokenizer
 
 from realm.data.blocks import BLOCK_FEATURES
-from realm.data.packing import SpecialIds, block_batch
+from realm.data.packing import SpecialIds
 from realm.index import versions
 from realm.index.build import PRECISIONS
-from realm.index.embedding import block_lengths, embed_blocks
+from realm.index.embedding import block_lengths, embed_blocks, packed_batches
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.run import layout, publication
 
@@ -172,11 +172,8 @@ def embed_vs_bare(embedder, blocks: datasets.Dataset, special: SpecialIds, args:
     sub = blocks.select(rows)
     order = np.argsort(block_lengths(sub, args.block_len), kind="stable")  # embed_blocks's own batch order
     device = next(embedder.parameters()).device
-    batches = []
-    for first in range(0, len(order), args.batch):
-        b = sub[order[first : first + args.batch]]
-        inputs = block_batch(b["title_ids"], b["body_ids"], special, args.block_len)
-        batches.append({name: t.to(device) for name, t in inputs.items()})
+    packed = packed_batches(sub, np.arange(len(sub)), order, special, args.block_len, args.batch, pin=False)
+    batches = [{name: t.to(device) for name, t in inputs.items()} for _, inputs in packed]
     padded_tokens = sum(b["input_ids"].numel() for b in batches)
     out = np.lib.format.open_memmap(
         Path(tempfile.mkdtemp()) / "e.npy", mode="w+", dtype=np.float32, shape=(len(sub), args.embed_dim)
@@ -259,7 +256,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"{100 * e['embed_over_bare']:.1f}% (target >= 90%)"
     )
     print(
-        f"(c) {args.precision} matmul peak {peak / 1e9:.1f} GFLOP/s; embedding at {e['embed_flops_per_s'] / 1e9:.1f} GFLOP/s "
+        f"(c) {args.precision} matmul peak {peak / 1e9:.1f} GFLOP/s; "
+        f"embedding at {e['embed_flops_per_s'] / 1e9:.1f} GFLOP/s "
         f"= {100 * utilization:.1f}% of it. Full refresh, {WIKIPEDIA_BLOCKS:,} x {WIKIPEDIA_LEN} through "
         f"BERT-base = {w['total_pflop']:.0f} PFLOP; at {rate / 1e12:.3g} TFLOP/s a device"
         f"{'' if args.gpu_tflops else ' (this run peak)'}:"

@@ -58,7 +58,7 @@ def prepare(out: Path, seed: int, entities: int) -> dict[str, Path]:
     args, _ = demo_args(["--out", str(out), "--seed", str(seed), "--entities", str(entities)])
     max_block_length = load_config(PretrainConfig, REPO / args.config).retriever.max_block_length
     paths = make_world_data(out, seed, entities, args.vocab_size, max_block_length)
-    warm_start(args, out, paths)
+    warm_start(args, out, paths, shape={})  # the demo shape
     return {**paths, "encoder": out / "warmup" / "encoder", "retriever": out / "ict" / "retriever"}
 
 
@@ -138,6 +138,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refresh", type=int, default=5, help="refresh interval of the realm row (stale: 30x)")
     parser.add_argument("--rows", default=",".join(ROWS), help=f"comma-separated subset of {','.join(ROWS)}")
     parser.add_argument("--json", default=None, help="also write the table here")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a config override for every row, e.g. --set optim.retriever_lr_scale=1.0 (repeatable)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
     requested = set(args.rows.split(","))
     if unknown := requested - set(ROWS):
@@ -150,6 +154,9 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     paths = prepare(out, args.seed, args.entities)
     table = {"prepare": {"wall_s": time.perf_counter() - t0}}
+    if bad := [item for item in args.set if "=" not in item]:
+        parser.error(f"--set takes KEY=VALUE, got {bad}")
+    common = [f"--{item}" for item in args.set]
     fresh = [f"--refresh.refresh_interval={args.refresh}"]
     variants = {
         "realm": fresh,
@@ -167,7 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         if name == "hot_swap":
             table[name] = hot_swap_row(out / "hot_swap", args.seed, args.entities, realm_trainer)
         else:
-            table[name], trainer = pretrain_row(out / "rows" / name, paths, args.steps, variants[name])
+            table[name], trainer = pretrain_row(out / "rows" / name, paths, args.steps, [*common, *variants[name]])
             realm_trainer = trainer if name == "realm" else realm_trainer
         print(json.dumps({name: table[name]}), flush=True)
     print(format_table(table))

@@ -47,8 +47,9 @@ SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 Seqs = tuple[Tensor, Tensor, Tensor]  # input_ids, attention_mask, token_type_ids, each [N, L]
 
 
-def _parse(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def shape_parser(description: str) -> argparse.ArgumentParser:
+    """The model and step shape flags (the demo shape by default), shared with ``bench/hf_realm_peer.py``."""
+    p = argparse.ArgumentParser(description=description)
     for name, default in [
         ("hidden", 128),
         ("layers", 2),
@@ -72,7 +73,21 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--bf16", action="store_true", help="torch.autocast bf16 (cuda when present, else cpu)")
     p.add_argument("--json", default=None, help="also write the figures to this path")
-    return p.parse_args(argv)
+    return p
+
+
+def bert_config(args: argparse.Namespace) -> BertConfig:
+    """The BERT of the shape flags, dropout off (timings, not training)."""
+    return BertConfig(
+        vocab_size=args.vocab,
+        hidden_size=args.hidden,
+        num_hidden_layers=args.layers,
+        num_attention_heads=args.heads,
+        intermediate_size=args.intermediate,
+        max_position_embeddings=max(512, args.query_len + args.block_len + 3),
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
 
 
 class RandomStore:
@@ -266,16 +281,7 @@ def measure(args: argparse.Namespace) -> dict:
     set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
-    c = BertConfig(
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        intermediate_size=args.intermediate,
-        max_position_embeddings=max(512, args.query_len + args.block_len + 3),
-        hidden_dropout_prob=0.0,
-        attention_probs_dropout_prob=0.0,
-    )
+    c = bert_config(args)
     dtypes = {"fp32": torch.float32, **({"bf16": torch.bfloat16} if args.bf16 else {})}
     peaks = {name: matmul_peak(dt, args.peak_size, device) for name, dt in dtypes.items()}
 
@@ -363,7 +369,7 @@ def format_table(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = _parse(argv)
+    args = shape_parser(__doc__.splitlines()[0]).parse_args(argv)
     result = measure(args)
     print(format_table(result))
     if args.json:

@@ -1,14 +1,17 @@
 """Re-embedding the knowledge corpus with the document embedder, straight into a preallocated array.
 
 Blocks are embedded in order of length so each batch pads little, and every batch is written into its own rows of
-``out`` (typically a ``np.memmap``): nothing is concatenated, so peak memory stays one batch plus the model even at
-REALM's 13M blocks. A subset of rows (one rank's shard) can be embedded into a shard-sized ``out``.
+``out`` (typically a ``np.memmap``): nothing is concatenated, so peak memory stays a few batches plus the model even
+at REALM's 13M blocks. A subset of rows (one rank's shard) can be embedded into a shard-sized ``out``. A background
+thread reads the blocks in large slices (one Arrow gather per ``_READ_BATCHES`` batches), packs each batch and pins
+it when the model is on a GPU, while the forward pass of the batch before runs: the device does not wait for input.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
 from typing import Callable
 
 import datasets
@@ -17,6 +20,7 @@ import pyarrow.compute as pc
 import torch
 
 from realm.core.logging import progress
+from realm.core.prefetch import Prefetcher
 from realm.data.packing import SpecialIds, block_batch
 from realm.models.retriever import Embedder
 
@@ -24,6 +28,8 @@ logger = logging.getLogger(__name__)
 
 _LENGTH_BATCH = 1 << 16
 _LOG_INTERVAL_S = 30.0
+_READ_BATCHES = 16  # batches per Arrow read: large reads amortise the gather, 16 keep the token lists small
+_PREFETCH_DEPTH = 4
 
 
 class BuildCancelled(RuntimeError):
@@ -44,6 +50,26 @@ def block_lengths(blocks: datasets.Dataset, max_block_length: int) -> np.ndarray
         lengths[start : start + len(title)] = title + body + 3
         start += len(title)
     return np.minimum(lengths, max_block_length)
+
+
+def packed_batches(
+    blocks: datasets.Dataset,
+    rows: np.ndarray,
+    order: np.ndarray,
+    special: SpecialIds,
+    max_block_length: int,
+    batch_size: int,
+    pin: bool,
+) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
+    """(positions in ``rows``, packed inputs) of each batch of ``order``, read ``_READ_BATCHES`` batches at a time."""
+    columns = blocks.select_columns(["title_ids", "body_ids"])
+    for first in range(0, len(order), batch_size * _READ_BATCHES):
+        chunk = order[first : first + batch_size * _READ_BATCHES]
+        data = columns[rows[chunk]]
+        for start in range(0, len(chunk), batch_size):
+            end = start + batch_size
+            inputs = block_batch(data["title_ids"][start:end], data["body_ids"][start:end], special, max_block_length)
+            yield chunk[start:end], ({k: t.pin_memory() for k, t in inputs.items()} if pin else inputs)
 
 
 def embed_blocks(
@@ -80,26 +106,25 @@ def embed_blocks(
     device = torch.device(device) if device is not None else next(embedder.parameters()).device
     # note: stable sort of shard positions by length; lengths of all blocks are cheap (Arrow metadata only).
     order = np.argsort(block_lengths(blocks, max_block_length)[rows], kind="stable")
-    columns = blocks.select_columns(["title_ids", "body_ids"])
+    cuda = device.type == "cuda"
+    batches = packed_batches(blocks, rows, order, special, max_block_length, batch_size, pin=cuda)
     was_training = embedder.training
     embedder.eval()
     started = last_log = time.monotonic()
+    done = 0
     bar = progress(len(order), "embedding blocks", unit="block")
     try:
-        with torch.inference_mode():
-            for first in range(0, len(order), batch_size):
+        with torch.inference_mode(), Prefetcher(batches, _PREFETCH_DEPTH, "block-loader") as loaded:
+            for positions, inputs in loaded:
                 if should_stop is not None and should_stop():
-                    raise BuildCancelled(f"stopped after {first} of {len(order)} blocks")
-                positions = order[first : first + batch_size]
-                batch = columns[rows[positions]]
-                inputs = block_batch(batch["title_ids"], batch["body_ids"], special, max_block_length)
-                emb = embedder(**{name: t.to(device) for name, t in inputs.items()})  # [B, D]
+                    raise BuildCancelled(f"stopped after {done} of {len(order)} blocks")
+                emb = embedder(**{name: t.to(device, non_blocking=cuda) for name, t in inputs.items()})  # [B, D]
                 out[positions] = emb.float().cpu().numpy()
+                done += len(positions)
                 bar.update(len(positions))
                 if time.monotonic() - last_log > _LOG_INTERVAL_S:
-                    done, last_log = first + len(positions), time.monotonic()
-                    rate = done / (last_log - started)
-                    logger.info("embedded %d/%d blocks (%.0f blocks/s)", done, len(order), rate)
+                    last_log = time.monotonic()
+                    logger.info("embedded %d/%d blocks (%.0f blocks/s)", done, len(order), done / (last_log - started))
     finally:
         bar.close()
         embedder.train(was_training)

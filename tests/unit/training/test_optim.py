@@ -54,3 +54,35 @@ def test_tf32_is_enabled_for_cuda_processes_only(monkeypatch):
     assert accelerator.enable_tf32() is False  # a CPU process of a GPU machine
     monkeypatch.delenv("ACCELERATE_USE_CPU")
     assert accelerator.enable_tf32() is True and torch.backends.cuda.matmul.allow_tf32 is True
+
+
+def _trained(implementation: str, steps: int = 5) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    model = _realm(32)
+    cfg = OptimConfig(lr=1e-2, warmup_steps=0, retriever_lr_scale=0.1, implementation=implementation)
+    optimizer, scheduler = build_optimizer(model, cfg, steps)
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=gen)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+    return {name: p.detach().clone() for name, p in model.named_parameters()}
+
+
+def test_the_fused_and_foreach_kernels_make_the_for_loop_update():
+    """Every kernel applies AdamW with the groups' rates and decays: the same weights after 5 steps up to rounding
+    (a kernel ignoring a group's lr or weight decay would be off by far more)."""
+    reference = _trained("for_loop")
+    torch.manual_seed(0)
+    start = {name: p.detach().clone() for name, p in _realm(32).named_parameters()}
+    assert max((reference[n] - start[n]).abs().max().item() for n in start) > 1e-3  # the weights moved
+    for implementation in ("fused", "foreach"):
+        weights = _trained(implementation)
+        for name, value in reference.items():
+            torch.testing.assert_close(weights[name], value, rtol=1e-5, atol=1e-6, msg=f"{implementation}: {name}")
+    optimizer, _ = build_optimizer(_realm(32), OptimConfig(lr=1e-3), 10)
+    assert optimizer.defaults["fused"] is True  # the default
+    with pytest.raises(ValueError, match="implementation"):
+        OptimConfig(implementation="apex")
