@@ -37,7 +37,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import torch
-from step import bert_flops, device_time, matmul_peak  # bench/step.py, beside this file
+from step import bert_config, bert_flops, device_time, matmul_peak  # bench/step.py, beside this file
 from transformers import BertConfig, BertTokenizer
 
 from realm.data.blocks import BLOCK_FEATURES
@@ -113,21 +113,10 @@ def make_corpus(root: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     return root / "blocks", root / "tokenizer"
 
 
-def bert_config(args: argparse.Namespace) -> BertConfig:
-    return BertConfig(
-        vocab_size=args.vocab,
-        hidden_size=args.hidden,
-        num_hidden_layers=args.layers,
-        num_attention_heads=args.heads,
-        intermediate_size=args.intermediate,
-        max_position_embeddings=max(512, args.block_len),
-    )
-
-
 def export(run_dir: Path, args: argparse.Namespace, blocks: Path, tokenizer: Path) -> Retriever:
     torch.manual_seed(0)
     cfg = RetrieverConfig(embed_dim=args.embed_dim, max_block_length=args.block_len)
-    retriever = Retriever.from_config(bert_config(args), cfg)
+    retriever = Retriever.from_config(bert_config(args, args.block_len), cfg)
     layout.export_retriever(
         run_dir, 1, retriever, blocks_path=str(blocks), tokenizer_path=str(tokenizer), max_block_length=args.block_len
     )

@@ -18,6 +18,9 @@ pre-training corpus X, stated only in their article in the knowledge corpus Z) a
 Each row reports held-out whole-span accuracy with retrieval, closed book (null document only), gold-article
 recall@k (exact search with the row's final document embedder) and wall seconds (pre-training + evaluation). The
 ``hot_swap`` row also reports the share of its predictions that still give the *old* fact (memory, not the corpus).
+Two more columns say how much an index's staleness can cost at all: the span accuracy of the row's final model
+searching the ICT index (the frozen row's index) instead of a fresh one, and the mean cosine between each block's
+ICT embedding and its final one (how far the document tower moved; at 1.0 no index can be stale).
 
 Run from the repository root: ``python bench/evidence.py [--steps 300] [--refresh 5] [--rows realm,closed_book]
 [--json out.json]``; ``--entities``, ``--steps`` and ``--refresh`` scale it. A 30x staler index differs from a frozen
@@ -34,6 +37,7 @@ import time
 from pathlib import Path
 
 from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+import torch  # noqa: E402
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks  # noqa: E402
@@ -41,14 +45,17 @@ from realm.data.corpus import CorpusConfig  # noqa: E402
 from realm.data.jsonl import iter_field  # noqa: E402
 from realm.data.sentences import split_sentences  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
+from realm.index.mips import BruteForceIndex  # noqa: E402
+from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.evaluation import evaluate_heldout, gold_titles  # noqa: E402
+from realm.pretrain.evaluation import embed_corpus, evaluate_heldout, gold_titles  # noqa: E402
 from realm_cli.demo import make_world_data  # noqa: E402
 from realm_cli.demo import parse_args as demo_args  # noqa: E402
-from realm_cli.demo import warm_start
+from realm_cli.demo import encoder_shape, warm_start  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
+OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
 ROWS = ("realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token", "hot_swap")
 NEVER = 10**9
 
@@ -56,9 +63,9 @@ NEVER = 10**9
 def prepare(out: Path, seed: int, entities: int) -> dict[str, Path]:
     """The demo's world, vocabulary, blocks, reader warm-up and ICT retriever, shared by every row."""
     args, _ = demo_args(["--out", str(out), "--seed", str(seed), "--entities", str(entities)])
-    max_block_length = load_config(PretrainConfig, REPO / args.config).retriever.max_block_length
-    paths = make_world_data(out, seed, entities, args.vocab_size, max_block_length)
-    warm_start(args, out, paths, shape={})  # the demo shape
+    cfg = load_config(PretrainConfig, REPO / args.config)
+    paths = make_world_data(out, seed, entities, args.vocab_size, cfg.retriever.max_block_length)
+    warm_start(args, out, paths, encoder_shape(cfg.model))  # the demo shape
     return {**paths, "encoder": out / "warmup" / "encoder", "retriever": out / "ict" / "retriever"}
 
 
@@ -91,11 +98,22 @@ def pretrain_row(out: Path, paths: dict[str, Path], steps: int, overrides: list[
         trainer.run()
     finally:
         trainer.close()
-    metrics = evaluate_heldout(
-        trainer.unwrapped, trainer.heldout, trainer.store, trainer.special, cfg.retriever,
-        batch_size=cfg.eval.batch_size, max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
-    )  # fmt: skip
-    return _figures(metrics) | {"wall_s": time.perf_counter() - t0}, trainer
+    model, store, special = trainer.unwrapped, trainer.store, trainer.special
+
+    def evaluate(embeddings: torch.Tensor):
+        return evaluate_heldout(
+            model, trainer.heldout, store, special, cfg.retriever, index=BruteForceIndex(embeddings),
+            batch_size=cfg.eval.batch_size, max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
+        )  # fmt: skip
+
+    length = cfg.retriever.max_block_length
+    final = embed_corpus(model.retriever.doc_embedder, store.blocks, special, length)
+    ict = embed_corpus(Retriever.from_pretrained(paths["retriever"]).doc_embedder, store.blocks, special, length)
+    figures = _figures(evaluate(final))
+    wall = time.perf_counter() - t0  # note: the row's own cost; the staleness diagnostics below are not part of it
+    drift = torch.nn.functional.cosine_similarity(ict, final, dim=1).mean().item()
+    extra = {"ict_index_span_accuracy": evaluate(ict).span_accuracy, "doc_cosine_ict_final": drift}
+    return figures | extra | {"wall_s": wall}, trainer
 
 
 def _figures(metrics) -> dict:
@@ -185,17 +203,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def format_table(table: dict) -> str:
     lines = [
-        "| row | held-out span acc | closed book | gold recall@k | old facts | wall s |",
-        "|---|---|---|---|---|---|",
+        "| row | held-out span acc | closed book | gold recall@k | old facts | acc over ICT index | doc cos ICT-final "
+        "| wall s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for name, row in table.items():
         if name == "prepare":
             continue
         recall = next((v for k, v in row.items() if k.startswith("gold_recall@")), float("nan"))
-        old = f"{row['old_fact_share']:.3f}" if "old_fact_share" in row else ""
+        old, ict, cos = (f"{row[k]:.3f}" if k in row else "" for k in OPTIONAL_COLUMNS)
         lines.append(
             f"| {name} | {row['span_accuracy']:.3f} | {row['closed_book_span_accuracy']:.3f} | {recall:.3f} | {old} "
-            f"| {row['wall_s']:.0f} |"
+            f"| {ict} | {cos} | {row['wall_s']:.0f} |"
         )
     lines.append(f"(shared start: world, reader warm-up and ICT in {table['prepare']['wall_s']:.0f} s)")
     return "\n".join(lines)

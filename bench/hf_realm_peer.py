@@ -166,7 +166,7 @@ def peer_inputs(batch) -> dict:
 def measure(args: argparse.Namespace) -> dict:
     import torch
     from safetensors.torch import save_file
-    from step import RealmStep, bert_config
+    from step import RealmStep, bert_config, reader_length
 
     from realm.core.logging import set_num_threads
 
@@ -174,7 +174,7 @@ def measure(args: argparse.Namespace) -> dict:
     set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
-    c = bert_config(args)
+    c = bert_config(args, reader_length(args))
     ours = RealmStep(args, c, device, autocast)
     bert = {k: getattr(c, k) for k in ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads")}
     bert |= {"intermediate_size": c.intermediate_size, "max_position_embeddings": c.max_position_embeddings}
@@ -188,7 +188,7 @@ def measure(args: argparse.Namespace) -> dict:
         env=env,
         cwd=tempfile.gettempdir(),
     )
-    peer_info = json.loads(worker.stdout.readline())
+    peer_info = _reply(worker)
     rows: dict[str, list[float]] = {"ours_step": [], "ours_model": [], "peer": []}
     parts: dict[str, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -198,7 +198,7 @@ def measure(args: argparse.Namespace) -> dict:
             save_file(peer_inputs(batch), str(path))
             worker.stdin.write(f"{path}\n")
             worker.stdin.flush()
-            peer = json.loads(worker.stdout.readline())
+            peer = _reply(worker)
             path.unlink()
             if i < args.warmup:
                 continue
@@ -225,6 +225,17 @@ def measure(args: argparse.Namespace) -> dict:
         "peer_over_ours_model": statistics.median(p / o for p, o in zip(rows["peer"], rows["ours_model"])),
         "peer_over_ours_step": statistics.median(p / o for p, o in zip(rows["peer"], rows["ours_step"])),
     }
+
+
+def _reply(worker: subprocess.Popen) -> dict:
+    """The worker's next JSON line; a clear error, not a JSON traceback, when the worker died (e.g. out of memory:
+    at BERT-base the peer materialises [B*K, L, vocab] logits, 16 GB at B 8, K 6, L 288)."""
+    line = worker.stdout.readline()
+    if line:
+        return json.loads(line)
+    code = worker.wait()
+    how = "killed by SIGKILL, most likely out of memory (try a smaller --batch)" if code == -9 else f"exit {code}"
+    raise SystemExit(f"hf_realm_peer: the peer worker died ({how}); its stderr is above")
 
 
 def format_table(r: dict) -> str:
@@ -258,7 +269,7 @@ def main(argv: list[str] | None = None) -> None:
         peer_worker(json.loads(argv[1]))
         return
     import offline  # noqa: F401  (no hub, no W&B network, repository importable)
-    from step import shape_parser
+    from step import emit, shape_parser
 
     p = shape_parser(__doc__.splitlines()[0])
     p.add_argument("--venv", default=str(DEFAULT_VENV), help="the side environment for the peer (created if missing)")
@@ -281,10 +292,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         return
     result = measure(args)
-    print(format_table(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+    emit(result, format_table(result), args.json)
 
 
 if __name__ == "__main__":

@@ -76,15 +76,16 @@ def shape_parser(description: str) -> argparse.ArgumentParser:
     return p
 
 
-def bert_config(args: argparse.Namespace) -> BertConfig:
-    """The BERT of the shape flags, dropout off (timings, not training)."""
+def bert_config(args: argparse.Namespace, max_length: int) -> BertConfig:
+    """The BERT of the shape flags for sequences up to ``max_length``, dropout off (timings, not training); shared
+    with ``bench/builder.py`` and ``bench/hf_realm_peer.py``."""
     return BertConfig(
         vocab_size=args.vocab,
         hidden_size=args.hidden,
         num_hidden_layers=args.layers,
         num_attention_heads=args.heads,
         intermediate_size=args.intermediate,
-        max_position_embeddings=max(512, args.query_len + args.block_len + 3),
+        max_position_embeddings=max(512, max_length),
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
@@ -281,7 +282,7 @@ def measure(args: argparse.Namespace) -> dict:
     set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.bf16)
-    c = bert_config(args)
+    c = bert_config(args, reader_length(args))
     dtypes = {"fp32": torch.float32, **({"bf16": torch.bfloat16} if args.bf16 else {})}
     peaks = {name: matmul_peak(dt, args.peak_size, device) for name, dt in dtypes.items()}
 
@@ -368,13 +369,23 @@ def format_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def reader_length(args: argparse.Namespace) -> int:
+    """The longest reader sequence of the shape flags: ``[CLS] query [SEP] block [SEP]``."""
+    return args.query_len + args.block_len + 3
+
+
+def emit(result: dict, table: str, json_path: str | None) -> None:
+    """Prints a benchmark's table and, with ``--json``, writes its figures."""
+    print(table)
+    if json_path:
+        with open(json_path, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+
+
 def main(argv: list[str] | None = None) -> None:
     args = shape_parser(__doc__.splitlines()[0]).parse_args(argv)
     result = measure(args)
-    print(format_table(result))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
+    emit(result, format_table(result), args.json)
 
 
 if __name__ == "__main__":

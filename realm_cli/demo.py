@@ -19,7 +19,7 @@ from typing import Any
 from accelerate import Accelerator
 
 from finetune.train import FinetuneConfig, Finetuner
-from realm.core.config import load_config, parse_overrides
+from realm.core.config import load_config
 from realm.core.errors import run_command
 from realm.core.logging import MetricsLogger, init_logging, set_num_threads
 from realm.data.blocks import build_blocks_from_config
@@ -27,6 +27,7 @@ from realm.data.corpus import CorpusConfig
 from realm.data.jsonl import iter_field
 from realm.data.vocab import train_wordpiece
 from realm.data.world import WorldConfig, generate_world, write_world
+from realm.models.bert import ModelConfig
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.evaluation import evaluate_heldout
 from realm.training.accelerator import enable_tf32
@@ -95,15 +96,15 @@ def _stage_config(
 
 
 # note: the encoder's shape must be the same in every stage (the warmed-up encoder initialises ICT and
-# pre-training), so a --model.<key>=V of these keys given to the demo reaches all three; the demo configs' rates are
-# scaled to the width (optim.lr_base_width), so the shape is the only thing to change for a larger encoder
+# pre-training), so the pre-training config's shape (its YAML, e.g. configs/pretrain/demo_gpu.yaml, and any
+# --model.<key>=V given to the demo) reaches all three; the demo configs' rates are scaled to the width
+# (optim.lr_base_width), so the shape is the only thing to change for a larger encoder
 SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
 
 
-def shape_overrides(overrides: list[str]) -> dict[str, Any]:
-    """The ``model`` shape keys among the demo's ``--section.key=value`` overrides, as a nested dict."""
-    model = parse_overrides(overrides).get("model", {})
-    return {key: model[key] for key in SHAPE_KEYS if key in model}
+def encoder_shape(model: ModelConfig) -> dict[str, Any]:
+    """The shape keys of the pre-training encoder, as the ``model`` section of a warm-start stage's config."""
+    return {key: getattr(model, key) for key in SHAPE_KEYS}
 
 
 def warm_start(args: argparse.Namespace, run: Path, paths: dict[str, Path], shape: dict[str, Any]) -> dict[str, float]:
@@ -159,7 +160,7 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
             *overrides,
         ],
     )
-    stages |= warm_start(args, run, paths, shape_overrides(overrides))
+    stages |= warm_start(args, run, paths, encoder_shape(cfg.model))
 
     enable_tf32()
     trainer = Trainer(cfg, Accelerator())

@@ -10,7 +10,6 @@ from transformers import BertConfig
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.model import RealmModel
 from realm.training.optim import OptimConfig, build_optimizer, model_width, peak_lr
-from realm_cli.demo import shape_overrides
 
 
 def _realm(width: int) -> RealmModel:
@@ -36,11 +35,6 @@ def test_rates_scale_inversely_with_width(width):
 def test_a_model_without_a_width_is_a_clear_error():
     with pytest.raises(ValueError, match="lr_base_width=0"):
         build_optimizer(torch.nn.Linear(2, 2), OptimConfig(lr=1e-3, lr_base_width=128), 10)
-
-
-def test_the_demo_hands_the_encoder_shape_to_every_stage():
-    overrides = ["--model.hidden_size=256", "--model.num_layers=4", "--optim.lr=5e-4", "--model.init_from=x"]
-    assert shape_overrides(overrides) == {"hidden_size": 256, "num_layers": 4}
 
 
 def test_tf32_is_enabled_for_cuda_processes_only(monkeypatch):
