@@ -67,6 +67,9 @@ def train_wordpiece(
 
     Returns:
         The trained tokenizer, a fast ``BertTokenizer``.
+
+    Not reproducible from run to run, and there is no seed to set: the ``tokenizers`` trainer breaks merge ties in
+    hash-map order (huggingface/tokenizers#1794), so save the vocabulary and reuse it where runs must compare.
     """
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
