@@ -21,9 +21,10 @@ positions only, while the peer's runs at every position of every reader sequence
 Run from the repository root: ``python bench/hf_realm_peer.py`` (the demo shape; about 2 minutes on 2 CPU cores, the
 first run adds the side environment's install), with ``bench/step.py``'s shape flags for other shapes, e.g.
 BERT-base: ``--hidden 768 --layers 12 --heads 12 --intermediate 3072 --vocab 30522 --batch 8 --block-len 288
---body-len 256``. On a GPU machine with no network, first ``python bench/hf_realm_peer.py --download-wheels
-wheels/`` here (the peer's wheels), carry ``wheels/`` there and run ``python bench/hf_realm_peer.py --wheels wheels/
---bf16 [BERT-base flags]`` (the GPU command of the issue).
+--body-len 256`` (the peer's [B*K, L, vocab] logits take more than 16 GB of memory there at ``--batch 8``; the
+2-core machine ran ``--batch 2 --steps 3 --warmup 1``). On a GPU machine with no network, first ``python
+bench/hf_realm_peer.py --download-wheels wheels/`` here (the peer's wheels), carry ``wheels/`` there and run
+``python bench/hf_realm_peer.py --wheels wheels/ --bf16 [BERT-base flags]`` (the GPU command of the issue).
 """
 
 from __future__ import annotations
