@@ -44,6 +44,8 @@ from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks 
 from realm.data.corpus import CorpusConfig  # noqa: E402
 from realm.data.jsonl import iter_field  # noqa: E402
 from realm.data.sentences import split_sentences  # noqa: E402
+from realm.data.packing import SpecialIds  # noqa: E402
+from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
@@ -58,6 +60,7 @@ from trainer.loop import Trainer  # noqa: E402
 OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
 ROWS = ("realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token", "hot_swap")
 NEVER = 10**9
+ROW_CONFIG = REPO / "configs/pretrain/demo.yaml"  # every row's pre-training config, before its overrides
 
 
 def prepare(out: Path, seed: int, entities: int) -> dict[str, Path]:
@@ -80,11 +83,23 @@ def x_plus_z_sentences(paths: dict[str, Path], out: Path) -> Path:
     return out
 
 
-def pretrain_row(out: Path, paths: dict[str, Path], steps: int, overrides: list[str]) -> tuple[dict, Trainer]:
-    """Pre-trains one row from the shared start and evaluates it; returns (row figures, the trainer)."""
+def ict_embeddings(paths: dict[str, Path], overrides: list[str]) -> torch.Tensor:
+    """[N, D] embeddings of every block by the shared ICT retriever's document tower: the ICT index, made once for
+    every row's staleness columns (``overrides``: those common to every row)."""
+    length = load_config(PretrainConfig, ROW_CONFIG, overrides).retriever.max_block_length
+    embedder = Retriever.from_pretrained(paths["retriever"]).doc_embedder
+    special = SpecialIds.of(load_tokenizer(paths["tokenizer"]))
+    return embed_corpus(embedder, load_blocks(paths["blocks"]), special, length)
+
+
+def pretrain_row(
+    out: Path, paths: dict[str, Path], steps: int, overrides: list[str], ict: torch.Tensor
+) -> tuple[dict, Trainer]:
+    """Pre-trains one row from the shared start and evaluates it, over a fresh index and over the ICT one (``ict``,
+    from ``ict_embeddings``); returns (row figures, the trainer)."""
     cfg = load_config(
         PretrainConfig,
-        REPO / "configs/pretrain/demo.yaml",
+        ROW_CONFIG,
         [
             f"--train.run_dir={out}", f"--train.max_steps={steps}", f"--train.save_interval={steps}",
             f"--train.init_retriever={paths['retriever']}", f"--train.init_encoder={paths['encoder']}",
@@ -106,9 +121,7 @@ def pretrain_row(out: Path, paths: dict[str, Path], steps: int, overrides: list[
             batch_size=cfg.eval.batch_size, max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
         )  # fmt: skip
 
-    length = cfg.retriever.max_block_length
-    final = embed_corpus(model.retriever.doc_embedder, store.blocks, special, length)
-    ict = embed_corpus(Retriever.from_pretrained(paths["retriever"]).doc_embedder, store.blocks, special, length)
+    final = embed_corpus(model.retriever.doc_embedder, store.blocks, special, cfg.retriever.max_block_length)
     figures = _figures(evaluate(final))
     wall = time.perf_counter() - t0  # note: the row's own cost; the staleness diagnostics below are not part of it
     drift = torch.nn.functional.cosine_similarity(ict, final, dim=1).mean().item()
@@ -167,14 +180,18 @@ def main(argv: list[str] | None = None) -> int:
     rows = [name for name in ROWS if name in requested]  # hot_swap last: it reuses the realm row's model
     if "hot_swap" in rows and "realm" not in rows:
         parser.error("hot_swap reuses the realm row's model: list realm too")
+    if bad := [item for item in args.set if "=" not in item]:
+        parser.error(f"--set takes KEY=VALUE, got {bad}")
+    common = [f"--{item}" for item in args.set]
+    try:  # note: an unknown key or bad value is reported now, not after the shared start's minutes
+        load_config(PretrainConfig, ROW_CONFIG, common)
+    except ValueError as err:  # note: realm's ConfigError and every config's own __post_init__ check
+        parser.error(f"--set: {err}")
     init_logging()
     out = Path(args.out)
     t0 = time.perf_counter()
     paths = prepare(out, args.seed, args.entities)
     table = {"prepare": {"wall_s": time.perf_counter() - t0}}
-    if bad := [item for item in args.set if "=" not in item]:
-        parser.error(f"--set takes KEY=VALUE, got {bad}")
-    common = [f"--{item}" for item in args.set]
     fresh = [f"--refresh.refresh_interval={args.refresh}"]
     variants = {
         "realm": fresh,
@@ -187,12 +204,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     if "memorisation" in rows:
         x_plus_z_sentences(paths, out / "x_plus_z.jsonl")
+    ict = ict_embeddings(paths, common)
     realm_trainer = None
     for name in rows:
         if name == "hot_swap":
             table[name] = hot_swap_row(out / "hot_swap", args.seed, args.entities, realm_trainer)
         else:
-            table[name], trainer = pretrain_row(out / "rows" / name, paths, args.steps, [*common, *variants[name]])
+            table[name], trainer = pretrain_row(out / "rows" / name, paths, args.steps, [*common, *variants[name]], ict)
             realm_trainer = trainer if name == "realm" else realm_trainer
         print(json.dumps({name: table[name]}), flush=True)
     print(format_table(table))

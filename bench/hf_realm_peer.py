@@ -83,6 +83,7 @@ def peer_worker(spec: dict) -> None:
             scorer = RealmScorer(config, query_embedder=RealmEmbedder(config)).to(device)
             encoder = RealmKnowledgeAugEncoder(config).to(device)
             params = [*scorer.parameters(), *encoder.parameters()]
+            # note: torch's default AdamW kernel, as a peer user gets it; ours is fused (optim.implementation)
             optimizer = torch.optim.AdamW(params, lr=1e-4)
         t0 = _clock(device)
         with autocast:
