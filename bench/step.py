@@ -6,6 +6,9 @@ Measures, in one run on one machine (no absolute numbers are asserted anywhere):
 - the REALM step as ``trainer/loop.py`` runs it: query embedding for the search (no_grad), ``retrieve`` (search +
   packing), ``train_step`` + backward, clipping and the AdamW step; its model FLOPs (counted analytically, see
   ``bert_flops``) per second, and that as a fraction of the peak (MFU);
+- with ``--prefetch``, the same step with ``train.prefetch_candidates`` (``trainer/candidate_prefetch.py``: the next
+  batch's search and packing run in a worker thread while this one trains; only its query embedding stays on the
+  critical path), its ``REALM/this`` being the speed-up;
 - a plain ``BertForMaskedLM`` of the same shape (head over all positions, + backward + AdamW) over the *same* padded
   tensors: the B*K reader sequences only, and the reader + document + query sequences (every token the step encodes).
 
@@ -15,7 +18,8 @@ is the median of the per-step ratios (REALM step time / that row's step time). O
 
 Run from the repository root: ``python bench/step.py`` (the demo shape, 1-1.5 min on 2 cores), or at
 BERT-base shape: ``python bench/step.py --hidden 768 --layers 12 --heads 12 --intermediate 3072 --vocab 30522
---batch 8 --block-len 288 --body-len 256``. Add ``--bf16`` for autocast, ``--json PATH`` to keep the figures.
+--batch 8 --block-len 288 --body-len 256``. Add ``--bf16`` for autocast, ``--prefetch`` for the prefetched row (on
+a GPU: ``python bench/step.py --bf16 --prefetch`` and the BERT-base flags), ``--json PATH`` to keep the figures.
 Times are medians over ``--steps`` after ``--warmup`` steps; tokens are padded positions (the work actually done).
 """
 
@@ -37,11 +41,12 @@ from realm.data.packing import SpecialIds
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import PretrainCollator, RealmBatch
-from realm.pretrain.candidates import retrieve
+from realm.pretrain.candidates import retrieve, start_search
 from realm.pretrain.loss import get_loss
 from realm.pretrain.model import RealmModel
 from realm.pretrain.step import train_step
 from realm.training.optim import OptimConfig, build_optimizer
+from trainer.candidate_prefetch import CandidatePipeline
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 Seqs = tuple[Tensor, Tensor, Tensor]  # input_ids, attention_mask, token_type_ids, each [N, L]
@@ -72,6 +77,10 @@ def shape_parser(description: str) -> argparse.ArgumentParser:
     ]:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--bf16", action="store_true", help="torch.autocast bf16 (cuda when present, else cpu)")
+    p.add_argument(
+        "--prefetch", action="store_true",
+        help="also time the step with train.prefetch_candidates (the next batch searched while this one trains)",
+    )  # fmt: skip
     p.add_argument("--json", default=None, help="also write the figures to this path")
     return p
 
@@ -202,7 +211,7 @@ class RealmStep:
         self.num_steps = 0
 
     def _batch(self) -> RealmBatch:
-        """What the data loader hands the loop (built outside the timed region, as the loader's workers do)."""
+        """What the data loader hands the loop (built outside the timed region, as the loader does), on the host."""
         a, examples = self.args, []
         for i in range(a.batch):
             start = int(self.rng.integers(0, a.query_len - a.span + 1))
@@ -215,11 +224,11 @@ class RealmStep:
                 }
             )
         self.num_steps += 1
-        return self.collator(examples).to(self.device)
+        return self.collator(examples)
 
     def __call__(self) -> tuple[dict[str, float], RealmBatch]:
         """One step: ({part: seconds}, the batch with its candidates)."""
-        batch, device, model = self._batch(), self.device, self.model
+        batch, device, model = self._batch().to(self.device), self.device, self.model
         t0 = device_time(device)
         model.eval()  # as the loop: deterministic query embeddings for the search
         with torch.no_grad(), self.autocast:
@@ -236,16 +245,44 @@ class RealmStep:
         )
         batch = batch.to(device)
         t2 = device_time(device)
+        t3, t4 = self._train(batch)
+        parts = {"search_embed": t1 - t0, "retrieve": t2 - t1, "fwd_bwd": t3 - t2, "optimizer": t4 - t3}
+        return {"step": t4 - t0, **parts}, batch
+
+    def _train(self, batch: RealmBatch) -> tuple[float, float]:
+        """Forward, backward, clip and AdamW; returns the clock after the backward and after the optimizer."""
         with self.autocast:
-            out = train_step(model, batch, self.loss_fn)
+            out = train_step(self.model, batch, self.loss_fn)
         out.loss.backward()
-        t3 = device_time(device)
-        nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        t3 = device_time(self.device)
+        nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        t4 = device_time(device)
-        parts = {"search_embed": t1 - t0, "retrieve": t2 - t1, "fwd_bwd": t3 - t2, "optimizer": t4 - t3}
+        return t3, device_time(self.device)
+
+
+class PrefetchedRealmStep(RealmStep):
+    """The step with ``train.prefetch_candidates``, through the trainer's ``CandidatePipeline``: the next batch's
+    queries are embedded first, then its search and packing run in a worker thread during this batch's forward and
+    backward. Same shapes, data and initialisation as ``RealmStep``."""
+
+    def __init__(self, args: argparse.Namespace, c: BertConfig, device: torch.device, autocast: AbstractContextManager):
+        super().__init__(args, c, device, autocast)
+        self.pipeline = CandidatePipeline(self._start_retrieval, device, prefetch=True)
+        self.upcoming: RealmBatch | None = None
+
+    def _start_retrieval(self, batch: RealmBatch, chosen: Tensor | None):
+        return start_search(self.model, batch, self.index, self.store, SPECIAL, self.cfg, self.autocast)
+
+    def __call__(self) -> tuple[dict[str, float], RealmBatch]:
+        current = self.upcoming or self._batch()
+        self.upcoming = self._batch()
+        t0 = device_time(self.device)
+        batch = next(iter(self.pipeline.batches([current], following=self.upcoming)))
+        t2 = device_time(self.device)
+        t3, t4 = self._train(batch)
+        parts = {"candidates": t2 - t0, "fwd_bwd": t3 - t2, "optimizer": t4 - t3}
         return {"step": t4 - t0, **parts}, batch
 
 
@@ -277,6 +314,15 @@ class MlmStep:
         return seconds, flops, tokens
 
 
+PART_NAMES = {
+    "search_embed": "search embed (no_grad)",
+    "retrieve": "retrieve (search+packing)",
+    "candidates": "candidates, critical path",
+    "fwd_bwd": "forward+backward",
+    "optimizer": "clip+AdamW",
+}
+
+
 def measure(args: argparse.Namespace) -> dict:
     """Runs the peak, REALM and baseline measurements; returns the figures (what ``--json`` writes)."""
     set_num_threads(args.threads)
@@ -288,23 +334,26 @@ def measure(args: argparse.Namespace) -> dict:
 
     # note: the three steps take turns (REALM i, then both baselines on REALM i's tensors), so load that drifts
     # during the run (shared cores) slows every row alike and the ratios stay fair
-    realm = RealmStep(args, c, device, autocast)
+    realms: dict[str, RealmStep] = {"REALM step": RealmStep(args, c, device, autocast)}
+    if args.prefetch:
+        realms["REALM step, prefetched"] = PrefetchedRealmStep(args, c, device, autocast)
     baselines = {
         "BERT MLM, reader seqs": MlmStep(c, device, autocast, ("reader",)),
         "BERT MLM, all seqs": MlmStep(c, device, autocast, ("reader", "doc", "query")),
     }
-    parts: dict[str, list[float]] = {}
-    figures: dict[str, list[tuple[float, float, int]]] = {"REALM step": [], **{label: [] for label in baselines}}
+    parts: dict[str, dict[str, list[float]]] = {label: {} for label in realms}
+    figures: dict[str, list[tuple[float, float, int]]] = {label: [] for label in [*realms, *baselines]}
     for step in range(args.warmup + args.steps):
-        times, batch = realm()
-        seqs = step_seqs(batch)
+        results = {label: realm() for label, realm in realms.items()}
+        seqs = step_seqs(results["REALM step"][1])
         measured = {label: run(seqs) for label, run in baselines.items()}
         if step < args.warmup:
             continue
-        for key, dt in times.items():
-            parts.setdefault(key, []).append(dt)
-        tokens = sum(ids.numel() for ids, _, _ in seqs.values())
-        figures["REALM step"].append((times["step"], realm_flops(c, batch, args.embed_dim), tokens))
+        for label, (times, batch) in results.items():
+            for key, dt in times.items():
+                parts[label].setdefault(key, []).append(dt)
+            tokens = sum(ids.numel() for ids, _, _ in step_seqs(batch).values())
+            figures[label].append((times["step"], realm_flops(c, batch, args.embed_dim), tokens))
         for label, figure in measured.items():
             figures[label].append(figure)
     # note: measured again after the steps, keeping the better, so a busy moment at start-up does not inflate MFU
@@ -324,14 +373,10 @@ def measure(args: argparse.Namespace) -> dict:
             "mfu": flops / seconds / peak,
             "realm_over_this": ratio,
         }
-        if label == "REALM step":
-            for key, name in [
-                ("search_embed", "search embed (no_grad)"),
-                ("retrieve", "retrieve (search+packing)"),
-                ("fwd_bwd", "forward+backward"),
-                ("optimizer", "clip+AdamW"),
-            ]:
-                rows[name] = {"ms": 1e3 * statistics.median(parts[key])}
+        # note: a part's row is keyed "step label / part"; the table shows the part, indented under its step
+        for key, name in PART_NAMES.items():
+            if key in parts.get(label, {}):
+                rows[f"{label} / {name}"] = {"ms": 1e3 * statistics.median(parts[label][key])}
     return {
         "args": vars(args),
         "device": str(device),
@@ -359,7 +404,7 @@ def format_table(result: dict) -> str:
     ]
     lines.append(f"\n{'':28}{'ms/step':>9}{'steps/s':>9}{'tokens/s':>10}{'GFLOP/s':>9}{'MFU':>7}{'REALM/this':>12}")
     for label, row in result["rows"].items():
-        line = f"{label if 'mfu' in row else '  ' + label:28}{row['ms']:9.1f}"
+        line = f"{label if 'mfu' in row else '  ' + label.split(' / ')[-1]:28}{row['ms']:9.1f}"
         if "mfu" in row:
             line += (
                 f"{row['steps_s']:9.2f}{row['tokens_s']:10,.0f}{row['gflops_s']:9.2f}{row['mfu']:7.1%}"

@@ -7,6 +7,7 @@ them in between steps, agreed across processes, blocking only past ``refresh.max
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import time
@@ -26,7 +27,7 @@ from realm.index.versions import PublishedIndex, discard_after
 from realm.models.encoder import KnowledgeAugmentedEncoder
 from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS, Retriever, RetrieverConfig
 from realm.pretrain.batch import RealmBatch
-from realm.pretrain.candidates import retrieve
+from realm.pretrain.candidates import attach_chosen, start_search
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.data import prepared_sentences, pretrain_loader
 from realm.pretrain.evaluation import evaluate_heldout, gold_titles
@@ -39,6 +40,7 @@ from realm.run.publication import clean_staging, verify_published
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import TrainingLoop, iterate, start_job
 from trainer.builder_process import ChildBuilder, tracking_args
+from trainer.candidate_prefetch import CandidatePipeline
 from trainer.index_sync import IndexSync, RunTotals
 from trainer.index_watcher import IndexWatcher
 
@@ -108,8 +110,10 @@ class Trainer:
         state = self.loop.resume()
         self.totals = RunTotals(**state.get("totals", {}))
         self.metrics = self.loop.metrics
-        self.retrieve_s = 0.0
-        """Seconds spent attaching candidates in the current log window."""
+        prefetch = cfg.train.prefetch_candidates
+        self.candidates = CandidatePipeline(self.start_retrieval, self.accelerator.device, prefetch)
+        if self.loop.rank_tensors and prefetch:
+            self.candidates.restore(self.loop.rank_tensors)
         init_trackers(self.accelerator, cfg.tracking, self.run_dir, to_dict(cfg))
         self.watcher = IndexWatcher(
             self.run_dir, cfg.refresh.poll_interval_s, corpus_fingerprint=blocks_fingerprint(self.store.blocks)
@@ -200,6 +204,11 @@ class Trainer:
             accum_steps=cfg.train.grad_accum_steps,
         )
         micro_batches = iterate(loader)
+
+        def next_step_batches() -> list[RealmBatch]:
+            return list(itertools.islice(micro_batches, cfg.train.grad_accum_steps))
+
+        upcoming: list[RealmBatch] = []  # the next step's micro-batches, when they are searched ahead
         t_window = time.perf_counter()
         bar = progress(
             cfg.train.last_step, "training", unit="step", initial=self.step, enabled=self.accelerator.is_main_process
@@ -208,7 +217,11 @@ class Trainer:
             if self.builder is not None:
                 self.builder.check()
             self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s)
-            batch, out = self.optimizer_step(list(itertools.islice(micro_batches, cfg.train.grad_accum_steps)))
+            current = upcoming or next_step_batches()
+            # note: up to max_steps, not last_step: a run stopped early searches ahead like an uninterrupted one, and
+            # its checkpoint keeps that choice (exact resume, trainer.candidate_prefetch)
+            upcoming = next_step_batches() if self.candidates.prefetch and self.step + 1 < cfg.train.max_steps else []
+            batch, out = self.optimizer_step(current, following=upcoming[0] if upcoming else None)
             bar.update(1)
 
             if self.schedule.is_due(self.step):
@@ -231,14 +244,18 @@ class Trainer:
         """Wall seconds of the whole run so far, earlier invocations of a resumed run included."""
         return self._wall_before + time.perf_counter() - self._start_wall
 
-    def optimizer_step(self, micro_batches: list[RealmBatch]) -> tuple[RealmBatch, StepOutput]:
+    def optimizer_step(
+        self, micro_batches: list[RealmBatch], following: RealmBatch | None = None
+    ) -> tuple[RealmBatch, StepOutput]:
         """Retrieval, forward and backward for each of this process's micro-batches, then one optimizer step.
 
         Each micro-batch's mean loss is weighted by its share of the units (masked tokens for the REALM loss) of the
         whole global batch, times the number of processes since DDP averages gradients over them. The accumulated
         gradient is then exactly that of the global batch's mean loss: N processes x A micro-batches step like one
         process with the whole batch, even when masks differ in length or the collator rejected examples.
-        Returns the last micro-batch and its ``StepOutput`` (for retrieval tables).
+        With ``train.prefetch_candidates``, each micro-batch's search runs while the one before it trains, and
+        ``following`` (the next step's first micro-batch) is searched during the last. Returns the last micro-batch
+        and its ``StepOutput`` (for retrieval tables).
         """
         unit = LOSS_UNITS[self.cfg.train.loss]
         local = torch.stack([batch_counts(b)[unit] for b in micro_batches]).float()
@@ -246,10 +263,7 @@ class Trainer:
         if self.num_processes > 1:
             total = self.accelerator.reduce(total.to(self.accelerator.device), reduction="sum").cpu()
         weights = local * self.num_processes / total.clamp_min(1.0)
-        for i, batch in enumerate(micro_batches):
-            t0 = time.perf_counter()
-            batch = self.attach_candidates(batch.to(self.accelerator.device))
-            self.retrieve_s += time.perf_counter() - t0
+        for i, batch in enumerate(self.candidates.batches(micro_batches, following)):
             # note: accelerate's accumulate() would divide each loss by the number of micro-batches; the weights above
             # already normalise by the global count, so only the all-reduce is deferred to the last micro-batch
             last = i == len(micro_batches) - 1
@@ -260,15 +274,15 @@ class Trainer:
         self.loop.optimizer_step()
         return batch, out
 
-    def attach_candidates(self, batch: RealmBatch) -> RealmBatch:
-        """Attaches this process's K candidates per query, searched with the live query embedder (no dropout)."""
-        self.model.eval()
-        with torch.no_grad(), self.accelerator.autocast():
-            query_emb = self.unwrapped.embed_queries(batch)
-        self.model.train()
-        return retrieve(query_emb, batch, self.index, self.store, self.special, self.cfg.retriever).to(
-            self.accelerator.device
-        )
+    def start_retrieval(self, batch: RealmBatch, chosen: torch.Tensor | None):
+        """``CandidatePipeline``'s retrieval of a host micro-batch: its queries embedded now, the search and packing
+        returned to run (``chosen``: no search, pack these block ids)."""
+        cfg = self.cfg.retriever
+        if chosen is not None:
+            return functools.partial(attach_chosen, batch, chosen, self.store, self.special, cfg)
+        # note: the index is bound now: a swap before the search runs must not change which version it reads
+        autocast = self.accelerator.autocast()
+        return start_search(self.unwrapped, batch, self.index, self.store, self.special, cfg, autocast)
 
     def log_window(self, seconds: float) -> None:
         """The window's metrics (reduced over processes by the scaffold) with index and timing figures, logged once."""
@@ -280,14 +294,14 @@ class Trainer:
             "index/staleness": max(self.step - self.index.step, 0),
             "index/num_refreshes": self.totals.num_index_refreshes,
             "time/step_s": seconds / num_steps,
-            "time/retrieve_s": self.retrieve_s / num_steps,
+            "time/retrieve_s": self.candidates.critical_s / num_steps,
             "time/index_wait_s": self.totals.index_wait_s,
             "time/index_wait_fraction": self.totals.index_wait_s / wall if wall else 0.0,
             "time/refresh_wait_fraction": self.totals.refresh_wait_s / wall if wall else 0.0,
             "train/world_size": self.num_processes,
         }
         plain, _ = self.loop.log_window("train", extra)
-        self.retrieve_s = 0.0
+        self.candidates.critical_s = 0.0
         logger.info(
             "step %d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step",
             self.step,
@@ -333,7 +347,10 @@ class Trainer:
         return result
 
     def save(self) -> None:
-        self.loop.save({"index_step": self.index.step if self.index else None, "totals": vars(self.totals)})
+        self.loop.save(
+            {"index_step": self.index.step if self.index else None, "totals": vars(self.totals)},
+            rank_tensors=self.candidates.pending_choice(),
+        )
 
     def summary(self) -> dict:
         totals = self.totals
@@ -353,6 +370,7 @@ class Trainer:
     def close(self) -> None:
         """Stops the watcher and the child builder; marks the run done so a standalone builder exits."""
         self.watcher.close()
+        self.candidates.close()
         self.loop.close()
         self.accelerator.end_training()  # finishes trackers (writes the offline W&B run)
         if self.accelerator.is_main_process:

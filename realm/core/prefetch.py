@@ -13,6 +13,8 @@ import threading
 from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
+import torch
+
 T = TypeVar("T")
 
 _DONE = object()
@@ -20,13 +22,19 @@ _POLL_S = 0.1
 
 
 class Prefetcher(Generic[T]):
-    """Iterates ``source`` in a daemon thread, at most ``depth`` items ahead of the consumer."""
+    """Iterates ``source`` in a daemon thread, at most ``depth`` items ahead of the consumer.
 
-    def __init__(self, source: Iterable[T], depth: int = 2, name: str = "prefetch") -> None:
+    ``device``: a CUDA device the thread makes current before it starts (see ``use_device``) when it pins memory.
+    """
+
+    def __init__(
+        self, source: Iterable[T], depth: int = 2, name: str = "prefetch", device: torch.device | None = None
+    ) -> None:
         if depth < 1:
             raise ValueError(f"depth must be >= 1, got {depth}")
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._device = with_index(device)  # note: resolved here, in the thread whose current device is meant
         self._thread = threading.Thread(target=self._produce, args=(iter(source),), name=name, daemon=True)
         self._thread.start()
 
@@ -42,6 +50,7 @@ class Prefetcher(Generic[T]):
 
     def _produce(self, source: Iterator[T]) -> None:
         try:
+            use_device(self._device)
             for item in source:
                 if not self._put(item):
                     return
@@ -74,3 +83,21 @@ class Prefetcher(Generic[T]):
 class _Failure:
     def __init__(self, exc: BaseException) -> None:
         self.exc = exc
+
+
+def use_device(device: torch.device | None) -> None:
+    """Makes ``device`` the calling thread's current CUDA device (nothing for None or a CPU device).
+
+    The current device is per thread and a new thread starts on device 0, so a worker that pins memory for, or copies
+    to, another process's GPU must say which: otherwise every process of a node opens a context on GPU 0.
+    """
+    if device is not None and device.type == "cuda":
+        torch.cuda.set_device(device)
+
+
+def with_index(device: torch.device | None) -> torch.device | None:
+    """``device`` with its index: a bare ``cuda`` means the calling thread's current device (call it in the thread
+    that owns the work, not in a worker, which starts on device 0)."""
+    if device is not None and device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device())
+    return device

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -96,17 +96,26 @@ def block_batch(
     return pack_pairs([list(t)[: max_length // 2] for t in titles], bodies, special, max_length)
 
 
-def _to(value: Any, device: Any, non_blocking: bool) -> Any:
+def _apply(value: Any, fn: Callable[[Tensor], Tensor]) -> Any:
     if isinstance(value, Tensor):
-        return value.to(device, non_blocking=non_blocking)
-    if dataclasses.is_dataclass(value):
-        return value.to(device, non_blocking=non_blocking)
+        return fn(value)
+    if isinstance(value, Movable):
+        return value.apply(fn)
     return value
 
 
 class Movable:
-    """``.to(device)`` for a dataclass of tensors, so ``accelerate.utils.send_to_device`` can move it."""
+    """``.to(device)`` and ``.pin_memory()`` for a dataclass of tensors (and of such dataclasses), so
+    ``accelerate.utils.send_to_device`` and a ``DataLoader(pin_memory=True)`` can move it."""
+
+    def apply(self, fn: Callable[[Tensor], Tensor]):
+        """A copy with ``fn`` applied to every tensor field, nested ones included."""
+        changes = {f.name: _apply(getattr(self, f.name), fn) for f in dataclasses.fields(self)}
+        return dataclasses.replace(self, **changes)
 
     def to(self, device: Any, non_blocking: bool = False):
-        changes = {f.name: _to(getattr(self, f.name), device, non_blocking) for f in dataclasses.fields(self)}
-        return dataclasses.replace(self, **changes)
+        return self.apply(lambda t: t.to(device, non_blocking=non_blocking))
+
+    def pin_memory(self):
+        """A copy in page-locked host memory, which ``to(cuda, non_blocking=True)`` copies without blocking."""
+        return self.apply(Tensor.pin_memory)

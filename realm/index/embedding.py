@@ -114,7 +114,7 @@ def embed_blocks(
     done = 0
     bar = progress(len(order), "embedding blocks", unit="block")
     try:
-        with torch.inference_mode(), Prefetcher(batches, _PREFETCH_DEPTH, "block-loader") as loaded:
+        with torch.inference_mode(), Prefetcher(batches, _PREFETCH_DEPTH, "block-loader", device) as loaded:
             for positions, inputs in loaded:
                 if should_stop is not None and should_stop():
                     raise BuildCancelled(f"stopped after {done} of {len(order)} blocks")

@@ -6,6 +6,10 @@ model's forward so gradients reach it (DESIGN.md section 1).
 
 from __future__ import annotations
 
+import functools
+from contextlib import AbstractContextManager, nullcontext
+from typing import Callable
+
 import numpy as np
 import torch
 from torch import Tensor
@@ -15,6 +19,7 @@ from realm.data.packing import SpecialIds, block_batch, pack_pairs, reader_lengt
 from realm.index.mips import DocumentIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import Candidates, RealmBatch
+from realm.pretrain.model import RealmModel
 
 
 def select_candidates(
@@ -92,5 +97,34 @@ def retrieve(
     """
     _, ids = index.search(query_embeddings.detach().float().cpu(), cfg.num_retrieved + cfg.num_extra_retrieved)
     chosen = select_candidates(ids, batch.source_uid_hashes, store.uid_hashes, cfg.num_retrieved)
+    return attach_chosen(batch, chosen, store, special, cfg)
+
+
+def attach_chosen(
+    batch: RealmBatch, chosen: Tensor, store: BlockStore, special: SpecialIds, cfg: RetrieverConfig
+) -> RealmBatch:
+    """``batch`` with the candidate slots of ``chosen`` ([B, K-1] block ids, -1 for none) attached: what ``retrieve``
+    does after its search, and what a resumed trainer does with the choice its checkpoint holds."""
     batch.candidates = build_candidates(batch, chosen, store, special, cfg.max_block_length)
     return batch
+
+
+def start_search(
+    model: RealmModel,
+    batch: RealmBatch,
+    index: DocumentIndex,
+    store: BlockStore,
+    special: SpecialIds,
+    cfg: RetrieverConfig,
+    autocast: AbstractContextManager | None = None,
+) -> Callable[[], RealmBatch]:
+    """The trainer's retrieval of a host ``batch``, in two parts: embeds its queries now, on the model's device, with
+    the live query embedder and no dropout; returns the search and packing (host work, on the host batch), bound to
+    ``index``, to run now or on another thread (``trainer.candidate_prefetch``)."""
+    device = next(model.parameters()).device
+    was_training = model.training
+    model.eval()
+    with torch.no_grad(), autocast or nullcontext():
+        query_emb = model.embed_queries(batch.to(device)).float().cpu()
+    model.train(was_training)
+    return functools.partial(retrieve, query_emb, batch, index, store, special, cfg)

@@ -31,6 +31,11 @@ class TrainConfig(LoopConfig):
     log_interval: int = 10
     eval_interval: int = 0
     """Steps between held-out evaluations on the live index (0: only at the end)."""
+    prefetch_candidates: bool = False
+    """Search and pack each micro-batch's candidates in a worker thread while the one before it trains (for GPUs,
+    where the device otherwise idles through the search). The next step's first micro-batch is then searched with
+    the query tower one optimizer step stale; its candidates are still scored by the live towers
+    (``trainer.candidate_prefetch``). Resume stays exact."""
     init_retriever: str = ""
     """Warm start of both embedders (e.g. the ``retriever`` folder written by ``realm ict``); weights only."""
     init_encoder: str = ""

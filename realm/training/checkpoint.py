@@ -4,7 +4,8 @@ A checkpoint holds what is needed to continue exactly: model, optimizer and RNG 
 ``accelerator.save_state``, which writes model weights with safetensors and reloads the rest with
 ``weights_only=True``), the LR scheduler's state as JSON (``scheduler.json``: accelerate's loader of registered
 custom objects unpickles with ``weights_only=False``, so the scheduler is not registered with it), plus
-``trainer_state.json`` (step, index version, running totals) and the resolved config.
+``trainer_state.json`` (step, index version, running totals), the resolved config, and a process's own tensors
+where a job has some (``rank-N.safetensors``: the pre-training trainer's candidates searched ahead).
 The batch order is a function of (seed, step), so no data-loader state is needed. Every training job writes
 its checkpoints this way (``realm.training.loop``).
 """
@@ -16,6 +17,9 @@ import logging
 import shutil
 from pathlib import Path
 from typing import Any
+
+from safetensors.torch import load_file, save_file
+from torch import Tensor
 
 from realm.core.config import save_config
 from realm.core.errors import MissingFileError, RunError
@@ -36,12 +40,18 @@ from realm.run.publication import (
 logger = logging.getLogger(__name__)
 TRAINER_STATE = "trainer_state.json"
 SCHEDULER_STATE = "scheduler.json"
+RANK_TENSORS = "rank-{rank}.safetensors"
+"""Tensors of one process's own (e.g. the candidates it searched ahead), beside the states accelerate saves."""
 
 
 def save_checkpoint(
-    accelerator, run_dir: str | Path, step: int, state: dict[str, Any], config: Any, keep: int, scheduler
-) -> Path:
-    """Writes the checkpoint of ``step`` under a staging name, publishes it, then prunes to the newest ``keep``."""
+    accelerator, run_dir: str | Path, step: int, state: dict[str, Any], config: Any, keep: int, scheduler,
+    rank_tensors: dict[str, Tensor] | None = None,
+) -> Path:  # fmt: skip
+    """Writes the checkpoint of ``step`` under a staging name, publishes it, then prunes to the newest ``keep``.
+
+    ``rank_tensors``: this process's own tensors (each process passes its own), read back by ``load_rank_tensors``.
+    """
     parent = checkpoints_dir(run_dir)
     # note: a step-derived staging name (not a uuid) so every rank writes into the same folder.
     staging = parent / f"{STAGING_PREFIX}{folder_name(CHECKPOINT_PREFIX, step)}"
@@ -57,7 +67,10 @@ def save_checkpoint(
         staging.mkdir()
     accelerator.wait_for_everyone()
     accelerator.save_state(str(staging))
-    accelerator.wait_for_everyone()
+    if rank_tensors:
+        tensors = {name: t.detach().cpu().contiguous() for name, t in rank_tensors.items()}
+        save_file(tensors, staging / RANK_TENSORS.format(rank=accelerator.process_index))
+    accelerator.wait_for_everyone()  # note: every file is written before the main process lists them
     if accelerator.is_main_process:
         (staging / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
         (staging / SCHEDULER_STATE).write_text(json.dumps(scheduler.state_dict(), indent=2))
@@ -102,3 +115,9 @@ def load_checkpoint(accelerator, path: Path, scheduler) -> dict[str, Any]:
     state = json.loads((path / TRAINER_STATE).read_text())
     logger.info("resumed from %s at step %d", path, state["step"])
     return state
+
+
+def load_rank_tensors(path: Path, rank: int) -> dict[str, Tensor]:
+    """The tensors process ``rank`` saved in the checkpoint at ``path`` ({} when it saved none)."""
+    file = path / RANK_TENSORS.format(rank=rank)
+    return load_file(file) if file.is_file() else {}

@@ -22,7 +22,7 @@ from realm.core.config import save_config
 from realm.core.logging import MetricsLogger, set_num_threads
 from realm.run.layout import checkpoints_dir
 from realm.run.publication import clean_staging, replace_published
-from realm.training.checkpoint import load_checkpoint, resolve_resume, save_checkpoint
+from realm.training.checkpoint import load_checkpoint, load_rank_tensors, resolve_resume, save_checkpoint
 from realm.training.optim import OptimConfig, build_optimizer
 
 logger = logging.getLogger(__name__)
@@ -109,6 +109,8 @@ class TrainingLoop:
         self.model, self.optimizer, self.scheduler, self.config = model, optimizer, scheduler, config
         self.run_dir = Path(loop.run_dir)
         self.step = 0
+        self.rank_tensors: dict[str, torch.Tensor] = {}
+        """This process's own tensors in the checkpoint ``resume`` restored ({} when none)."""
         self.window = MetricWindow()
         self.metrics = MetricsLogger(self.run_dir / "metrics.jsonl" if accelerator.is_main_process else None, accelerator)
 
@@ -131,6 +133,7 @@ class TrainingLoop:
         self.accelerator.wait_for_everyone()
         path = resolve_resume(self.run_dir, self.cfg.resume)
         state = {} if path is None else load_checkpoint(self.accelerator, path, self.scheduler)
+        self.rank_tensors = {} if path is None else load_rank_tensors(path, self.accelerator.process_index)
         self.step = int(state.get("step", 0))
         self.metrics.drop_after(self.step)  # note: what a killed run logged past its checkpoint is logged again
         return state
@@ -184,11 +187,12 @@ class TrainingLoop:
             self.accelerator.wait_for_everyone()
         return final
 
-    def save(self, state: Mapping[str, Any] | None = None) -> Path:
-        """Checkpoint of the current step (every process must call it)."""
+    def save(self, state: Mapping[str, Any] | None = None, rank_tensors: Mapping[str, torch.Tensor] | None = None
+             ) -> Path:  # fmt: skip
+        """Checkpoint of the current step (every process must call it, each with its own ``rank_tensors``)."""
         return save_checkpoint(
             self.accelerator, self.run_dir, self.step, dict(state or {}), self.config, self.cfg.keep_checkpoints,
-            self.scheduler,
+            self.scheduler, dict(rank_tensors or {}),
         )  # fmt: skip
 
     def close(self) -> None:

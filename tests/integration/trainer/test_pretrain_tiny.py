@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from safetensors.torch import load_file
 
 from realm.core.logging import read_metrics
 from realm.run.publication import list_published
@@ -106,3 +107,21 @@ def test_stopped_and_resumed_run_reaches_the_same_losses(tiny_world, tmp_path):
     lrs = [{r["step"]: r["train/lr"] for r in read_metrics(run / "metrics.jsonl") if "train/lr" in r} for run in
            (straight, interrupted)]  # fmt: skip
     assert lrs[0] == lrs[1] and len(set(lrs[0].values())) > 2
+
+
+def test_prefetched_candidates_resume_exactly(tiny_world, tmp_path):
+    """With candidates searched ahead (one step stale across steps), a checkpoint keeps the choice made for the next
+    micro-batch, so a run stopped after step 3 and resumed trains on exactly what an uninterrupted one did."""
+    common = ["--config", TINY, "--train.log_interval=1", "--train.save_interval=100", "--train.grad_accum_steps=2",
+              "--train.prefetch_candidates=true", *data_overrides(tiny_world)]  # fmt: skip
+    straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
+    run_module("trainer.pretrain", *common, f"--train.run_dir={straight}")
+    run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}", "--train.stop_at_step=3")
+    choice = load_file(interrupted / "checkpoints" / "step-00000003" / "rank-0.safetensors")
+    assert choice["block_ids"].shape == (8, 3) and (choice["block_ids"] >= 0).all()  # 8 queries, K-1 = 3 blocks
+    proc = run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}")
+    assert "attached the candidates the checkpoint's run searched ahead" in proc.stderr
+    a, b = _losses(straight), _losses(interrupted)
+    assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
+    for step in a:
+        assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), f"step {step}: {a[step]} vs {b[step]}"

@@ -1,5 +1,5 @@
 """The background loader: items in order, a producer's exception raised in the consumer, the producer running ahead
-of the consumer by at most ``depth``, and stopped (its thread gone) when the consumer leaves early."""
+of the consumer by at most ``depth``, stopped (its thread gone) when the consumer leaves early, and on its owner's GPU."""
 
 from __future__ import annotations
 
@@ -7,8 +7,9 @@ import threading
 import time
 
 import pytest
+import torch
 
-from realm.core.prefetch import Prefetcher
+from realm.core.prefetch import Prefetcher, with_index
 
 
 def _threads(name: str) -> list[threading.Thread]:
@@ -78,3 +79,20 @@ def test_leaving_early_stops_the_producer():
 def test_depth_must_be_positive():
     with pytest.raises(ValueError, match="depth"):
         Prefetcher([], depth=0)
+
+
+def test_a_worker_makes_the_owner_s_cuda_device_current_before_it_works(monkeypatch):
+    """A new thread starts on CUDA device 0; a worker that pins memory for another GPU must switch to it first, else
+    every process of a node opens a context on GPU 0. (The logic only: torch.cuda is stood in for.)"""
+    current = {"thread": 2}  # the owner's current device; a new thread's would be 0
+    made_current = []
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current["thread"])
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: made_current.append((threading.current_thread().name, d)))
+
+    assert with_index(torch.device("cuda")) == torch.device("cuda", 2)  # resolved in the owner's thread
+    assert with_index(torch.device("cuda", 1)) == torch.device("cuda", 1) and with_index(None) is None
+    with Prefetcher(iter([1, 2]), depth=1, name="loader", device=torch.device("cuda")) as items:
+        assert list(items) == [1, 2]
+    with Prefetcher(iter([1]), depth=1, name="cpu-loader", device=torch.device("cpu")) as items:
+        assert list(items) == [1]
+    assert made_current == [("loader", torch.device("cuda", 2))]  # and nothing for a CPU loader

@@ -26,13 +26,14 @@ def test_the_pretraining_configs_shape_reaches_the_warm_start_stages(tmp_path):
         assert {key: getattr(stage.model, key) for key in SHAPE_KEYS} == shape, section
 
 
-def test_the_gpu_demo_differs_from_the_cpu_demo_only_in_shape_and_builder_placement():
+def test_the_gpu_demo_differs_from_the_cpu_demo_only_in_shape_builder_placement_and_prefetch():
     cpu = dataclasses.asdict(load_config(PretrainConfig, CONFIGS / "pretrain/demo.yaml"))
     gpu = dataclasses.asdict(load_config(PretrainConfig, CONFIGS / "pretrain/demo_gpu.yaml"))
     assert {k: gpu["model"][k] for k in SHAPE_KEYS} != {k: cpu["model"][k] for k in SHAPE_KEYS}
     assert gpu["refresh"]["builder_devices"] and gpu["refresh"]["builder_precision"] == "bf16"
+    assert gpu["train"]["prefetch_candidates"] and not cpu["train"]["prefetch_candidates"]
     for cfg in (cpu, gpu):
         for key in SHAPE_KEYS:
             del cfg["model"][key]
-        del cfg["refresh"]["builder_devices"], cfg["refresh"]["builder_precision"]
+        del cfg["refresh"]["builder_devices"], cfg["refresh"]["builder_precision"], cfg["train"]["prefetch_candidates"]
     assert gpu == cpu  # note: so a recipe change to demo.yaml that is not made here fails, not drifts

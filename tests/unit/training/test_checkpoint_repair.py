@@ -46,3 +46,23 @@ def test_every_checkpoint_file_is_listed_with_its_checksum(tmp_path):
     files = read_manifest(final)["files"]
     assert {"model.safetensors", "optimizer.bin", "trainer_state.json", "scheduler.json", "config.yaml"} <= set(files)
     assert all(entry["size"] > 0 and len(entry["sha256"]) == 64 for entry in files.values())
+
+
+def test_a_process_s_own_tensors_are_checkpointed_listed_and_restored(tmp_path):
+    loop = _loop(tmp_path)
+    loop.step = 2
+    choice = {"example_ids": torch.arange(4), "block_ids": torch.tensor([[3, 1], [0, -1], [2, 2], [7, 5]])}
+    final = loop.save({}, rank_tensors=choice)
+    loop.close()
+    assert "rank-0.safetensors" in read_manifest(final)["files"]  # checksummed like every other file
+
+    resumed = _loop(tmp_path)
+    assert resumed.resume()["step"] == 2
+    assert resumed.rank_tensors.keys() == choice.keys()
+    assert all(torch.equal(resumed.rank_tensors[k], v) for k, v in choice.items())
+    resumed.step = 4
+    resumed.save({})  # nothing of its own this time: the next resume restores none
+    resumed.close()
+    again = _loop(tmp_path)
+    assert again.resume()["step"] == 4 and again.rank_tensors == {}
+    again.close()
