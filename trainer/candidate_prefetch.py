@@ -10,7 +10,9 @@ What it changes: micro-batches of one step are searched with the same weights ei
 between micro-batches), but the next step's first micro-batch is searched with the query tower from before this
 step's update: one optimizer step stale. Only the *choice* of candidates is stale; their scores p(z|x) are
 recomputed in the forward with the live towers, so the gradient is the exact one for the chosen set, the same
-relaxation REALM makes with an index whose document embeddings are hundreds of steps old. Off by default.
+relaxation REALM makes with an index whose document embeddings are hundreds of steps old. It also searches the
+index live during the step before, so an index swapped in at a step's start serves from its second micro-batch (or
+the step after, without accumulation): ``refresh.max_staleness`` may be exceeded by one step. Off by default.
 
 Exact resume: a checkpoint holds the choice of the micro-batch searched ahead (``pending_choice``), and a resumed
 run attaches exactly that choice to it (``restore``), so it trains on what the uninterrupted run did. A run stopped

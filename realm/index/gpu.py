@@ -1,10 +1,11 @@
-"""FAISS on GPUs: the only module that names faiss-gpu classes, so the CPU path never depends on them.
+"""FAISS on GPUs: the only module that names faiss-gpu classes, so the CPU path never depends on them; and which
+GPUs a process searches on (``search_gpus``, shared with the torch index).
 
 Used only when ``faiss.get_num_gpus() > 0`` (a faiss-gpu build; faiss-cpu reports 0 and has none of these classes):
 
-- search: ``to_all_gpus`` clones an index onto every GPU, **sharded** (each GPU holds 1/G of the vectors and the
-  results are merged), flat as ``GpuIndexFlatIP`` in **fp16** (REALM's 13.35M x 128 blocks: 3.4 GB instead of
-  6.8 GB, split over the GPUs), IVF-PQ as ``GpuIndexIVFPQ`` with fp16 lookup tables;
+- search: ``to_gpus`` clones an index onto the process's search GPUs, **sharded** (each GPU holds 1/G of the
+  vectors and the results are merged), flat as ``GpuIndexFlatIP`` in **fp16** (REALM's 13.35M x 128 blocks: 3.4 GB
+  instead of 6.8 GB, split over the GPUs), IVF-PQ as ``GpuIndexIVFPQ`` with fp16 lookup tables;
 - build: ``train_on_gpus`` runs an IVF index's coarse k-means on every GPU (the slow part of training at 13M scale)
   and ``add_on_gpu`` assigns and PQ-encodes the corpus on one GPU; the result is always a CPU index, so the published
   ``index.faiss`` loads anywhere.
@@ -13,6 +14,7 @@ Used only when ``faiss.get_num_gpus() > 0`` (a faiss-gpu build; faiss-cpu report
 from __future__ import annotations
 
 import logging
+import os
 
 import faiss
 import numpy as np
@@ -26,12 +28,28 @@ def num_gpus() -> int:
     return int(get()) if get is not None else 0
 
 
-def to_all_gpus(index: faiss.Index, use_float16: bool = True) -> faiss.Index:
-    """A copy of CPU ``index`` sharded over every GPU (fp16 vectors for flat, fp16 lookup tables for IVF-PQ)."""
+def search_gpus(count: int) -> list[int]:
+    """The ordinals, among ``count`` visible GPUs, that this process's search index is placed on.
+
+    A process alone on its node shards the index over every GPU. One of several processes on a node (a launcher's
+    ``LOCAL_WORLD_SIZE`` > 1, e.g. one trainer process per GPU) holds a whole copy on its own GPU (``LOCAL_RANK``,
+    modulo ``count`` for launchers that show each process only its own GPU). The memory per GPU is the same either
+    way (N processes each putting 1/N of the rows on every GPU is one copy per GPU), but a search then never leaves
+    the process's GPU: no CUDA context on the others, no copies or syncs behind another process's training kernels.
+    """
+    if count <= 0:
+        return []
+    if int(os.environ.get("LOCAL_WORLD_SIZE", "1")) <= 1:
+        return list(range(count))
+    return [int(os.environ.get("LOCAL_RANK", "0")) % count]
+
+
+def to_gpus(index: faiss.Index, gpus: list[int], use_float16: bool = True) -> faiss.Index:
+    """A copy of CPU ``index`` sharded over ``gpus`` (fp16 vectors for flat, fp16 lookup tables for IVF-PQ)."""
     options = faiss.GpuMultipleClonerOptions()
     options.shard = True
     options.useFloat16 = use_float16
-    return faiss.index_cpu_to_all_gpus(index, co=options)
+    return faiss.index_cpu_to_gpus_list(index, co=options, gpus=gpus)
 
 
 def to_cpu(index: faiss.Index) -> faiss.Index:

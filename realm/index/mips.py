@@ -9,7 +9,7 @@ The metric is inner product (REALM's MIPS) or squared L2 (kNN-LM's default, ``me
 the *negative* squared distance, so "higher is better" and "best first" hold for both.
 
 With faiss-gpu (``faiss.get_num_gpus() > 0``), IVF indexes train and fill on the GPUs and a loaded index can be
-searched sharded over all GPUs (``realm/index/gpu.py``); ``memory_budget_gb`` chooses between exact and compressed
+searched sharded over the GPUs (``realm/index/gpu.py``); ``memory_budget_gb`` chooses between exact and compressed
 (``realm/index/budget.py``). With faiss-cpu nothing of that runs and the CPU path is unchanged.
 """
 
@@ -69,15 +69,18 @@ class IndexConfig:
     """Seed of the training sample, so a rebuild from the same embeddings gives the same index."""
     memory_budget_gb: float = 0.0
     """Memory the index may take on each device holding it (CPU RAM, or each GPU's shard with
-    ``enable_gpu_search``); 0 builds ``factory`` as given. When set, the builder keeps exact ``Flat`` if it fits and
+    ``enable_gpu_search``, planned as one searching process per node; with one per GPU each GPU holds a whole copy,
+    so budget for that); 0 builds ``factory`` as given. When set, the builder keeps exact ``Flat`` if it fits and
     otherwise builds the finest ``IVF{n},PQ{m}`` that does, ignoring ``factory``; the choice and its expected size
     are logged and recorded in the manifest (``expected_index_bytes``)."""
     enable_gpu: bool = True
     """Train and fill IVF indexes on the GPUs when faiss-gpu reports any (the published index is a CPU index)."""
     enable_gpu_search: bool = False
-    """Search a loaded index sharded over all FAISS GPUs, flat in fp16; where FAISS has no GPU support (faiss-cpu)
-    and CUDA is available, an exact (Flat) index is searched with torch instead (``realm.index.torch_search``). Off by default: every process that loads the
-    index (each trainer rank) would put its own copy on every GPU."""
+    """Search a loaded index on GPUs, flat in fp16: sharded over every GPU of the node when the loading process is
+    alone there, a whole copy on its own GPU when the node runs several (``realm.index.gpu.search_gpus``). Through
+    faiss-gpu; where FAISS has no GPU support (faiss-cpu) and CUDA is available, an exact (Flat) index is searched
+    with torch instead (``realm.index.torch_search``). Off by default: each GPU then holds a copy of the index
+    (3.4 GB for REALM's 13.35M blocks) beside training."""
 
     def __post_init__(self) -> None:
         if self.nprobe <= 0:
@@ -218,12 +221,12 @@ class FaissIndex:
     @classmethod
     def load(cls, path: str | Path, cfg: IndexConfig | None = None) -> "FaissIndex":
         """Reads an index written by ``save``; ``cfg`` (if given) sets its search parameters, and with
-        ``cfg.enable_gpu_search`` and faiss-gpu the index is searched sharded over all GPUs."""
+        ``cfg.enable_gpu_search`` and faiss-gpu the index is searched on the GPUs ``index_gpu.search_gpus`` picks."""
         index = faiss.read_index(str(path))
         on_gpu = cfg is not None and cfg.enable_gpu_search and index_gpu.num_gpus() > 0
         if on_gpu:
             try:
-                index = index_gpu.to_all_gpus(index)
+                index = index_gpu.to_gpus(index, index_gpu.search_gpus(index_gpu.num_gpus()))
             except RuntimeError as err:  # note: e.g. HNSW has no GPU form; searching on CPU still works
                 logger.warning("cannot search %s on GPUs (%s); searching on CPU", path, _faiss_message(err))
                 on_gpu = False

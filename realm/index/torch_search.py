@@ -1,7 +1,8 @@
 """Exact search with torch on accelerators, for machines whose FAISS has no GPU support (faiss-cpu wheels; REALM
 itself searched by brute force on TPUs).
 
-The embeddings are held as a half-precision matrix split row-wise over ``devices`` (the GPUs of a node, or one);
+The embeddings are held as a half-precision matrix split row-wise over ``devices`` (``search_devices``: the GPUs
+of the node for a process alone there, its own GPU for one of several);
 a search multiplies the queries with each shard a chunk of rows at a time, keeps each chunk's top k, and merges the
 per-chunk candidates into the global top k. Memory per device: its rows in fp16/bf16 plus one [Q, chunk] score
 block, so 13.35M x 128 embeddings take 3.4 GB on one GPU, 0.43 GB each on eight. Scores are accumulated in fp32
@@ -16,6 +17,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from realm.index.gpu import search_gpus
 from realm.index.mips import METRICS
 
 _COPY_ROWS = 1 << 18
@@ -100,6 +102,6 @@ class TorchIndex:
         return top.values, ids_all.gather(1, top.indices)
 
 
-def accelerator_devices() -> list[str]:
-    """The CUDA devices of this node, or [] without CUDA."""
-    return [f"cuda:{i}" for i in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
+def search_devices() -> list[str]:
+    """The CUDA devices this process's index is placed on (``realm.index.gpu.search_gpus``), or [] without CUDA."""
+    return [f"cuda:{i}" for i in search_gpus(torch.cuda.device_count())] if torch.cuda.is_available() else []

@@ -162,7 +162,7 @@ def load_index_version(path: Path, verify: bool = True, cfg: IndexConfig | None 
     except (RuntimeError, ValueError, OSError) as err:
         raise IndexVersionError(f"{path}: cannot read index files: {err}") from err
     index.factory = manifest.get("factory", index.factory)
-    devices = torch_search.accelerator_devices()
+    devices = torch_search.search_devices()
     if cfg is not None and cfg.enable_gpu_search and index_gpu.num_gpus() == 0 and devices and index.factory == "Flat":
         # note: exact search on the GPUs without faiss-gpu: the same ranking as the Flat index, in torch
         logger.info("%s: exact search with torch on %s (FAISS has no GPU support here)", path, ", ".join(devices))
