@@ -1,0 +1,53 @@
+"""``bench/evidence_runs.py``: row means, standard errors and paired differences over several evidence tables,
+checked against the figures worked out by hand."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+
+import pytest
+
+from tests.helpers import ROOT
+
+_SPEC = importlib.util.spec_from_file_location("evidence_runs", ROOT / "bench" / "evidence_runs.py")
+evidence_runs = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(evidence_runs)
+
+
+def _table(realm: float, frozen: float) -> dict:
+    row = {"closed_book_span_accuracy": 0.0, "wall_s": 1.0}
+    return {
+        "prepare": {"wall_s": 1.0},
+        "realm": row | {"span_accuracy": realm, "gold_recall@4": 0.9},
+        "frozen": row | {"span_accuracy": frozen, "gold_recall@4": 0.5},
+    }
+
+
+def test_mean_and_standard_error_by_hand():
+    mean, err = evidence_runs.mean_and_error([0.5, 0.7, 0.9])
+    assert mean == pytest.approx(0.7)
+    assert err == pytest.approx(0.2 / math.sqrt(3))  # sample sd 0.2 over sqrt(3) runs
+    assert math.isnan(evidence_runs.mean_and_error([0.4])[1])
+
+
+def test_paired_differences_count_the_runs_each_way(tmp_path, capsys):
+    paths = []
+    for i, (realm, frozen) in enumerate([(0.8, 0.6), (0.6, 0.7), (0.9, 0.5)]):
+        paths.append(tmp_path / f"ev-{i}.json")
+        paths[-1].write_text(json.dumps(_table(realm, frozen)))
+    assert evidence_runs.main([str(p) for p in paths]) == 0
+    out = capsys.readouterr().out
+    assert "| realm | 0.767 ± 0.088 | 0.900 ± 0.000 | 0.800 0.600 0.900 |" in out
+    # differences +0.2, -0.1, +0.4: mean 0.167, sample sd 0.252, s.e. 0.145; positive in 2 of 3
+    assert "| realm − frozen | +0.167 ± 0.145 | 2 of 3 | +0.200 -0.100 +0.400 |" in out
+    assert "prepare" not in out
+
+
+def test_a_row_missing_from_one_run_is_left_out_and_none_in_common_is_an_error(tmp_path):
+    partial = _table(0.5, 0.5)
+    del partial["frozen"]
+    assert "frozen" not in evidence_runs.summarise([_table(0.8, 0.6), partial])
+    with pytest.raises(ValueError, match="no row is in every table"):
+        evidence_runs.summarise([{"prepare": {}, "realm": _table(1, 1)["realm"]}, {"prepare": {}}])
