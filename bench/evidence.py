@@ -20,7 +20,9 @@ recall@k (exact search with the row's final document embedder) and wall seconds 
 ``hot_swap`` row also reports the share of its predictions that still give the *old* fact (memory, not the corpus).
 Two more columns say how much an index's staleness can cost at all: the span accuracy of the row's final model
 searching the ICT index (the frozen row's index) instead of a fresh one, and the mean cosine between each block's
-ICT embedding and its final one (how far the document tower moved; at 1.0 no index can be stale).
+ICT embedding and its final one (how far the document tower moved; at 1.0 no index can be stale). And one says what
+the row trained on: the share of training queries whose masked answer was in a retrieved candidate
+(``train/answer_recall``), as a mean over the whole run and over its last fifth of steps.
 
 Run from the repository root: ``python bench/evidence.py [--steps 300] [--refresh 5] [--rows realm,closed_book]
 [--json out.json]``; ``--entities``, ``--steps`` and ``--refresh`` scale it. A 30x staler index differs from a frozen
@@ -39,7 +41,7 @@ from pathlib import Path
 from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import torch  # noqa: E402
 from realm.core.config import load_config  # noqa: E402
-from realm.core.logging import init_logging  # noqa: E402
+from realm.core.logging import init_logging, read_metrics  # noqa: E402
 from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks  # noqa: E402
 from realm.data.corpus import CorpusConfig  # noqa: E402
 from realm.data.jsonl import iter_field  # noqa: E402
@@ -58,6 +60,7 @@ from realm_cli.demo import encoder_shape, warm_start  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
 OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
+TRAIN_RECALL = "train/answer_recall"
 ROWS = ("realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token", "hot_swap")
 NEVER = 10**9
 ROW_CONFIG = REPO / "configs/pretrain/demo.yaml"  # every row's pre-training config, before its overrides
@@ -126,7 +129,17 @@ def pretrain_row(
     wall = time.perf_counter() - t0  # note: the row's own cost; the staleness diagnostics below are not part of it
     drift = torch.nn.functional.cosine_similarity(ict, final, dim=1).mean().item()
     extra = {"ict_index_span_accuracy": evaluate(ict).span_accuracy, "doc_cosine_ict_final": drift}
-    return figures | extra | {"wall_s": wall}, trainer
+    return figures | extra | training_recall(out / "metrics.jsonl", steps) | {"wall_s": wall}, trainer
+
+
+def training_recall(metrics_path: Path, steps: int) -> dict:
+    """The mean of ``train/answer_recall`` over a row's logged windows, over all of them and over those in its last
+    fifth of steps (empty when the row logged none: a closed-book row still retrieves, so it has them too)."""
+    records = [(r["step"], r[TRAIN_RECALL]) for r in read_metrics(metrics_path) if TRAIN_RECALL in r]
+    if not records:
+        return {}
+    end = [value for step, value in records if step > 0.8 * steps] or [records[-1][1]]
+    return {"train_answer_recall": sum(v for _, v in records) / len(records), "train_answer_recall_end": sum(end) / len(end)}
 
 
 def _figures(metrics) -> dict:
@@ -222,17 +235,18 @@ def main(argv: list[str] | None = None) -> int:
 def format_table(table: dict) -> str:
     lines = [
         "| row | held-out span acc | closed book | gold recall@k | old facts | acc over ICT index | doc cos ICT-final "
-        "| wall s |",
-        "|---|---|---|---|---|---|---|---|",
+        "| train answer recall (run / end) | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in table.items():
         if name == "prepare":
             continue
         recall = next((v for k, v in row.items() if k.startswith("gold_recall@")), float("nan"))
         old, ict, cos = (f"{row[k]:.3f}" if k in row else "" for k in OPTIONAL_COLUMNS)
+        trained = f"{row['train_answer_recall']:.3f} / {row['train_answer_recall_end']:.3f}" if "train_answer_recall" in row else ""
         lines.append(
             f"| {name} | {row['span_accuracy']:.3f} | {row['closed_book_span_accuracy']:.3f} | {recall:.3f} | {old} "
-            f"| {ict} | {cos} | {row['wall_s']:.0f} |"
+            f"| {ict} | {cos} | {trained} | {row['wall_s']:.0f} |"
         )
     lines.append(f"(shared start: world, reader warm-up and ICT in {table['prepare']['wall_s']:.0f} s)")
     return "\n".join(lines)

@@ -36,6 +36,7 @@ PLOTS: tuple[tuple[str, str], ...] = (
     ("Loss", "train/loss"),
     ("Retrieval utility", "train/retrieval_utility"),
     ("Null-document mass p(z = null | x)", "train/null_doc_prob"),
+    ("Queries with the masked answer in a retrieved block", "train/answer_recall"),
     ("Index staleness (steps since the index's encoder)", "index/staleness"),
 )
 RECALL_PREFIX = "eval/gold_recall_at_"

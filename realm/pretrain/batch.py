@@ -37,6 +37,9 @@ class Candidates(Movable):
     """[B, K, Lr] ``[CLS] masked query [SEP] body [SEP]``; slot 0 has an empty body."""
     reader_attention_mask: Tensor
     reader_token_type_ids: Tensor
+    answer_slots: Tensor | None = None
+    """[B, K] bool: the slot's body holds the query's masked wordpieces, in order and contiguous (the answer, as
+    DPR's top-k accuracy asks of a passage); slot 0, the null document, never does. A diagnostic, not a label."""
 
 
 @dataclass

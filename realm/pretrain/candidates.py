@@ -46,6 +46,26 @@ def select_candidates(
     return torch.from_numpy(out)
 
 
+def holds_answer(body: list[int], answer: list[int]) -> bool:
+    """Whether ``answer`` (wordpiece ids) occurs in ``body`` as one contiguous run; an empty answer never does."""
+    n = len(answer)
+    if n == 0:
+        return False
+    first = answer[0]
+    return any(body[i] == first and body[i : i + n] == answer for i in range(len(body) - n + 1))
+
+
+def answer_slots(batch: RealmBatch, bodies: list[list[int]], num_retrieved: int) -> Tensor:
+    """[B, 1 + num_retrieved] bool: which slots' ``bodies`` (flat, ``num_retrieved`` per query, no null slot) hold
+    the query's masked wordpieces in order (``holds_answer``); slot 0 (the null document) is always False."""
+    targets = [row[mask.bool()].tolist() for row, mask in zip(batch.target_ids, batch.target_mask)]
+    flags = [
+        [False] + [holds_answer(body, answer) for body in bodies[b * num_retrieved : (b + 1) * num_retrieved]]
+        for b, answer in enumerate(targets)
+    ]
+    return torch.tensor(flags, dtype=torch.bool).view(len(targets), num_retrieved + 1)
+
+
 def build_candidates(
     batch: RealmBatch, retrieved: Tensor, store: BlockStore, special: SpecialIds, max_block_length: int
 ) -> Candidates:
@@ -79,6 +99,7 @@ def build_candidates(
         reader_input_ids=reader["input_ids"].view(bsz, k, -1),
         reader_attention_mask=reader["attention_mask"].view(bsz, k, -1),
         reader_token_type_ids=reader["token_type_ids"].view(bsz, k, -1),
+        answer_slots=answer_slots(batch, bodies, num_retrieved),
     )
 
 

@@ -104,6 +104,19 @@ def retrieval_metrics(retrieval_logits: Tensor, token_log_probs: Tensor, mask: T
 
 
 @torch.no_grad()
+def answer_metrics(retrieval_logits: Tensor, answer_slots: Tensor) -> dict[str, Tensor]:
+    """How well retrieval served the reader, from [B, K] slots that hold the masked answer (``Candidates.answer_slots``).
+
+    - ``answer_recall``: share of queries with the answer in some retrieved slot (the candidates' top-k accuracy,
+      asked of what this step trains on rather than of a held-out set).
+    - ``answer_posterior``: mean p(z|x) mass on those slots (what the reader's gradient is weighted by).
+    """
+    slots = answer_slots.to(retrieval_logits.device)
+    posterior = (torch.softmax(upcast(retrieval_logits), dim=-1) * slots).sum(-1)
+    return {"answer_recall": slots.any(-1).float().mean(), "answer_posterior": posterior.mean()}
+
+
+@torch.no_grad()
 def accuracy_metrics(predictions: Tensor, targets: Tensor, mask: Tensor) -> dict[str, Tensor]:
     """``mlm_accuracy`` over the masked wordpieces and ``span_accuracy`` over examples (every wordpiece right).
 

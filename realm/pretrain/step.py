@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from realm.pretrain.batch import RealmBatch
-from realm.pretrain.loss import accuracy_metrics, retrieval_metrics
+from realm.pretrain.loss import accuracy_metrics, answer_metrics, retrieval_metrics
 from realm.pretrain.model import RealmModel, RealmOutput
 
 LossFn = Callable[[Tensor, Tensor, Tensor], Tensor]
@@ -26,6 +26,8 @@ LOSS_UNITS: dict[str, Unit] = {"per_token": "token", "per_span": "masked_example
 METRIC_UNITS: dict[str, Unit] = {
     "retrieval_utility": "token",
     "null_doc_prob": "example",
+    "answer_recall": "example",
+    "answer_posterior": "example",
     "mlm_accuracy": "token",
     "span_accuracy": "example",
     "closed_book_mlm_accuracy": "token",
@@ -75,6 +77,9 @@ def train_step(model: RealmModel, batch: RealmBatch, loss_fn: LossFn, loss_unit:
         **retrieval_metrics(output.retrieval_logits, output.token_log_probs, batch.target_mask),
         **prediction_metrics(output, batch),
     }
+    slots = batch.candidates.answer_slots if batch.candidates is not None else None
+    if slots is not None:
+        metrics |= answer_metrics(output.retrieval_logits.detach(), slots)
     units = batch_counts(batch)
     counts = {name: units[loss_unit if name == "loss" else METRIC_UNITS[name]] for name in metrics}
     return StepOutput(loss=loss, metrics=metrics, counts=counts, output=output)

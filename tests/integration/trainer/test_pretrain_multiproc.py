@@ -79,7 +79,9 @@ def test_two_processes_with_accumulation_step_like_one_process_with_the_whole_ba
     for ra, rb in zip(a, b):
         assert rb["train/world_size"] == 2 and ra["train/world_size"] == 1
         assert rb["train/lr"] == pytest.approx(ra["train/lr"], rel=1e-9), f"step {ra['step']}"
-        for key in ("train/loss", "train/retrieval_utility", "train/null_doc_prob", "train/mlm_accuracy"):
+        for key in (
+            "train/loss", "train/retrieval_utility", "train/null_doc_prob", "train/mlm_accuracy", "train/answer_recall"
+        ):  # fmt: skip
             assert rb[key] == pytest.approx(ra[key], rel=1e-5, abs=1e-6), f"step {ra['step']} {key}"
         assert 0.0 <= rb["time/index_wait_fraction"] <= 1.0 and "time/refresh_wait_fraction" in rb
     assert 0.0 <= summary["trainer_wait_fraction"] <= 1.0 and math.isfinite(summary["refresh_wait_fraction"])

@@ -6,7 +6,14 @@ import math
 import pytest
 import torch
 
-from realm.pretrain.loss import closed_book_loss, get_loss, marginal_mlm_loss, marginal_span_loss, retrieval_metrics
+from realm.pretrain.loss import (
+    answer_metrics,
+    closed_book_loss,
+    get_loss,
+    marginal_mlm_loss,
+    marginal_span_loss,
+    retrieval_metrics,
+)
 
 
 def _random_inputs(b=3, k=4, m=5, seed=0):
@@ -102,3 +109,13 @@ def test_shape_errors_are_clear():
         marginal_mlm_loss(logits, token_lp, mask[:, :2])
     with pytest.raises(ValueError, match="unknown loss"):
         get_loss("nope")
+
+
+def test_answer_metrics_count_queries_with_the_answer_and_the_posterior_on_it():
+    logits = torch.tensor([[0.0, 1.0, 2.0], [0.0, 0.0, -1e4], [3.0, 0.0, 0.0]])
+    slots = torch.tensor([[False, True, True], [False, True, False], [False, False, False]])
+    got = answer_metrics(logits, slots)
+    p = [[math.exp(v) / sum(math.exp(w) for w in row) for v in row] for row in logits.tolist()]
+    posterior = (p[0][1] + p[0][2] + p[1][1] + 0.0) / 3
+    assert got["answer_recall"].item() == pytest.approx(2 / 3)
+    assert got["answer_posterior"].item() == pytest.approx(posterior, rel=1e-6)

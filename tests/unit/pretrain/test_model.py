@@ -11,7 +11,7 @@ from realm.data.packing import SpecialIds
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import PretrainCollator
-from realm.pretrain.candidates import build_candidates, select_candidates
+from realm.pretrain.candidates import build_candidates, holds_answer, select_candidates
 from realm.pretrain.loss import marginal_mlm_loss
 from realm.pretrain.model import RealmModel
 
@@ -19,9 +19,10 @@ SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 VOCAB = 40
 
 
-def _store(n=12, seed=0):
-    """A real BlockStore over ``n`` random blocks."""
+def _store(n=12, seed=0, bodies=None):
+    """A real BlockStore over ``n`` random blocks (or over ``bodies``, wordpiece lists)."""
     rng = np.random.default_rng(seed)
+    n = len(bodies) if bodies is not None else n
     uids = [f"{i:040x}" for i in range(1, n + 1)]
     blocks = datasets.Dataset.from_dict(
         {
@@ -30,7 +31,7 @@ def _store(n=12, seed=0):
             "title": [""] * n,
             "text": [""] * n,
             "title_ids": [rng.integers(5, VOCAB, 2).tolist() for _ in range(n)],
-            "body_ids": [rng.integers(5, VOCAB, int(rng.integers(3, 9))).tolist() for _ in range(n)],
+            "body_ids": bodies or [rng.integers(5, VOCAB, int(rng.integers(3, 9))).tolist() for _ in range(n)],
         },
         features=BLOCK_FEATURES,
     )
@@ -79,6 +80,17 @@ def test_null_document_is_in_slot_zero_with_an_empty_body():
     full = cand.reader_input_ids[0, 1][cand.reader_attention_mask[0, 1].bool()].tolist()
     assert full == query + store.tokens([0])[1][0] + [SPECIAL.sep]  # body only, no title (as the original)
     assert cand.null_input_ids.tolist() == [[SPECIAL.cls, SPECIAL.sep, SPECIAL.sep]]
+
+
+def test_answer_slots_mark_the_blocks_whose_body_holds_the_masked_span_in_order():
+    batch = _batch(["", ""])
+    (a, b), (c, d) = [row[m.bool()].tolist() for row, m in zip(batch.target_ids, batch.target_mask)]
+    assert len({a, b, c, d}) == 4  # note: the bodies below are only told apart if the answers share no wordpiece
+    bodies = [[9, a, b, 9], [b, a], [c, 9, d], [9, 9, c, d], [a, b]]
+    store, _ = _store(bodies=bodies)
+    cand = build_candidates(batch, torch.tensor([[1, 0, 4], [2, 3, -1]]), store, SPECIAL, max_block_length=16)
+    assert cand.answer_slots.tolist() == [[False, False, True, True], [False, False, True, False]]
+    assert not holds_answer([9, a, b], []) and not holds_answer([a], [a, b])
 
 
 @pytest.mark.parametrize("shared", [True, False])
