@@ -139,7 +139,8 @@ def training_recall(metrics_path: Path, steps: int) -> dict:
     if not records:
         return {}
     end = [value for step, value in records if step > 0.8 * steps] or [records[-1][1]]
-    return {"train_answer_recall": sum(v for _, v in records) / len(records), "train_answer_recall_end": sum(end) / len(end)}
+    mean = sum(value for _, value in records) / len(records)
+    return {"train_answer_recall": mean, "train_answer_recall_end": sum(end) / len(end)}
 
 
 def _figures(metrics) -> dict:
@@ -243,7 +244,9 @@ def format_table(table: dict) -> str:
             continue
         recall = next((v for k, v in row.items() if k.startswith("gold_recall@")), float("nan"))
         old, ict, cos = (f"{row[k]:.3f}" if k in row else "" for k in OPTIONAL_COLUMNS)
-        trained = f"{row['train_answer_recall']:.3f} / {row['train_answer_recall_end']:.3f}" if "train_answer_recall" in row else ""
+        trained = ""
+        if "train_answer_recall" in row:
+            trained = f"{row['train_answer_recall']:.3f} / {row['train_answer_recall_end']:.3f}"
         lines.append(
             f"| {name} | {row['span_accuracy']:.3f} | {row['closed_book_span_accuracy']:.3f} | {recall:.3f} | {old} "
             f"| {ict} | {cos} | {trained} | {row['wall_s']:.0f} |"

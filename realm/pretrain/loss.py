@@ -105,7 +105,7 @@ def retrieval_metrics(retrieval_logits: Tensor, token_log_probs: Tensor, mask: T
 
 @torch.no_grad()
 def answer_metrics(retrieval_logits: Tensor, answer_slots: Tensor) -> dict[str, Tensor]:
-    """How well retrieval served the reader, from [B, K] slots that hold the masked answer (``Candidates.answer_slots``).
+    """How well retrieval served the reader, from the [B, K] slots holding the masked answer (``answer_slots``).
 
     - ``answer_recall``: share of queries with the answer in some retrieved slot (the candidates' top-k accuracy,
       asked of what this step trains on rather than of a held-out set).
