@@ -77,9 +77,8 @@ def train_step(model: RealmModel, batch: RealmBatch, loss_fn: LossFn, loss_unit:
         **retrieval_metrics(output.retrieval_logits, output.token_log_probs, batch.target_mask),
         **prediction_metrics(output, batch),
     }
-    slots = batch.candidates.answer_slots if batch.candidates is not None else None
-    if slots is not None:
-        metrics |= answer_metrics(output.retrieval_logits.detach(), slots)
+    if batch.candidates.answer_slots is not None:  # note: None only for candidates built by hand
+        metrics |= answer_metrics(output.retrieval_logits.detach(), batch.candidates.answer_slots)
     units = batch_counts(batch)
     counts = {name: units[loss_unit if name == "loss" else METRIC_UNITS[name]] for name in metrics}
     return StepOutput(loss=loss, metrics=metrics, counts=counts, output=output)

@@ -91,6 +91,7 @@ def test_answer_slots_mark_the_blocks_whose_body_holds_the_masked_span_in_order(
     cand = build_candidates(batch, torch.tensor([[1, 0, 4], [2, 3, -1]]), store, SPECIAL, max_block_length=16)
     assert cand.answer_slots.tolist() == [[False, False, True, True], [False, False, True, False]]
     assert not holds_answer([9, a, b], []) and not holds_answer([a], [a, b])
+    assert holds_answer([a, 9, a, b], [a, b])  # the scan goes on past a first wordpiece that starts no match
 
 
 @pytest.mark.parametrize("shared", [True, False])
