@@ -4,7 +4,8 @@ One run of the evidence table is one training trajectory per row, and at a high 
 row can land 0.2 apart in two runs (README, "Index freshness"). Given the ``--json`` tables of several runs (other
 seeds, same options), this prints each row's mean held-out span accuracy and gold recall with the standard error
 over runs, and for each pair of rows the *paired* difference (both rows of a run share its world, vocabulary,
-warm-up and ICT start), with its standard error and in how many runs it was positive.
+warm-up and ICT start), with its standard error and in how many runs it was positive. Tables that have the
+starting model's figures (``start``) also give each row's gain over it.
 
     for s in 0 1 2 3; do
       python bench/evidence.py --seed $s --steps 600 --refresh 1 --rows realm,stale_30x,frozen \\
@@ -21,6 +22,9 @@ import math
 import sys
 from itertools import combinations
 from pathlib import Path
+
+
+START = "start"  # bench/evidence.py's figures of the shared starting model, before pre-training
 
 
 def mean_and_error(values: list[float]) -> tuple[float, float]:
@@ -56,6 +60,8 @@ def summarise(tables: list[dict]) -> str:
         lines.append(f"| {name} | {a:.3f} ± {a_err:.3f} | {r:.3f} ± {r_err:.3f} | {per_run} |")
     lines += ["", "| paired difference | span acc | positive in | per run |", "|---|---|---|---|"]
     for first, second in combinations(rows, 2):
+        if first == START:  # note: the starting model is the baseline: a row's gain over it reads as row − start
+            first, second = second, first
         diffs = [table[first]["span_accuracy"] - table[second]["span_accuracy"] for table in tables]
         mean, err = mean_and_error(diffs)
         positive = sum(d > 0 for d in diffs)

@@ -32,3 +32,29 @@ def test_a_row_that_logged_no_candidates_has_no_training_recall(tmp_path):
     path.write_text(json.dumps({"step": 10, "train/loss": 1.0}) + "\n")
     assert evidence.training_recall(path, steps=100) == {}
     assert evidence.training_recall(tmp_path / "missing.jsonl", steps=100) == {}
+
+
+def test_the_table_shows_the_starting_model_as_a_row_without_the_training_columns():
+    start = {"span_accuracy": 0.175, "closed_book_span_accuracy": 0.002, "gold_recall@4": 0.771, "wall_s": 10.0}
+    realm = {
+        **start, "span_accuracy": 0.471, "gold_recall@4": 0.671, "ict_index_span_accuracy": 0.461,
+        "doc_cosine_ict_final": 0.807, "train_answer_recall": 0.309, "train_answer_recall_end": 0.37, "wall_s": 684.0,
+    }  # fmt: skip
+    lines = evidence.format_table({"prepare": {"wall_s": 184.0}, "start": start, "realm": realm}).splitlines()
+    assert lines[2] == "| start | 0.175 | 0.002 | 0.771 |  |  |  |  | 10 |"
+    assert lines[3] == "| realm | 0.471 | 0.002 | 0.671 |  | 0.461 | 0.807 | 0.309 / 0.370 | 684 |"
+    assert lines[4] == "(shared start: world, reader warm-up and ICT in 184 s)"
+
+
+def test_ict_steps_reach_the_shared_start(monkeypatch, tmp_path):
+    seen = {}
+
+    def fake_warm_start(args, out, paths, shape):
+        seen["ict_steps"] = args.ict_steps
+
+    monkeypatch.setattr(evidence, "make_world_data", lambda *a: {"tokenizer": tmp_path / "tok"})
+    monkeypatch.setattr(evidence, "warm_start", fake_warm_start)
+    paths = evidence.prepare(tmp_path, seed=0, entities=8, ict_steps=40)
+    assert seen["ict_steps"] == 40 and paths["retriever"] == tmp_path / "ict" / "retriever"
+    evidence.prepare(tmp_path, seed=0, entities=8)
+    assert seen["ict_steps"] is None  # the demo's own ICT steps

@@ -51,3 +51,14 @@ def test_a_row_missing_from_one_run_is_left_out_and_none_in_common_is_an_error(t
     assert "frozen" not in evidence_runs.summarise([_table(0.8, 0.6), partial])
     with pytest.raises(ValueError, match="no row is in every table"):
         evidence_runs.summarise([{"prepare": {}, "realm": _table(1, 1)["realm"]}, {"prepare": {}}])
+
+
+def test_each_row_is_compared_with_the_starting_model_as_row_minus_start():
+    tables = []
+    for start, realm in [(0.2, 0.5), (0.3, 0.2)]:
+        table = _table(realm, 0.1)
+        tables.append({"prepare": table["prepare"], "start": table["realm"] | {"span_accuracy": start}, **table})
+    lines = evidence_runs.summarise(tables).splitlines()
+    assert "| realm − start | +0.100 ± 0.200 | 1 of 2 | +0.300 -0.100 |" in lines
+    assert "| frozen − start | -0.150 ± 0.050 | 0 of 2 | -0.100 -0.200 |" in lines
+    assert not any(line.startswith("| start − ") for line in lines)
