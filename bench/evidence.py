@@ -30,9 +30,9 @@ the row trained on: the share of training queries whose masked answer was in a r
 (``train/answer_recall``), as a mean over the whole run and over its last fifth of steps.
 
 Run from the repository root: ``python bench/evidence.py [--steps 300] [--refresh 5] [--ict-steps N]
-[--rows realm,closed_book] [--json out.json]``; ``--entities``, ``--steps`` and ``--refresh`` scale it. A 30x staler index differs from a frozen
-one only while 30 x ``--refresh`` < ``--steps``. On 2 CPU cores the builder, rebuilding every few steps, takes about
-one core from the trainer (the defaults took about 30 minutes there).
+[--rows realm,closed_book] [--json out.json]``; ``--entities``, ``--steps`` and ``--refresh`` scale it. A 30x staler
+index differs from a frozen one only while 30 x ``--refresh`` < ``--steps``. On 2 CPU cores the builder, rebuilding
+every few steps, takes about one core from the trainer (the defaults took about 30 minutes there).
 """
 
 from __future__ import annotations

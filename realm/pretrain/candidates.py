@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from realm.core.sequences import contains_run
 from realm.data.blocks import BlockStore
 from realm.data.packing import SpecialIds, block_batch, pack_pairs, reader_length
 from realm.index.mips import DocumentIndex
@@ -46,29 +47,12 @@ def select_candidates(
     return torch.from_numpy(out)
 
 
-def holds_answer(body: list[int], answer: list[int]) -> bool:
-    """Whether ``answer`` (wordpiece ids) occurs in ``body`` as one contiguous run; an empty answer never does."""
-    n = len(answer)
-    if n == 0:
-        return False
-    # note: list.index scans for the first wordpiece in C; this runs for every slot of every step, on the host
-    start = 0
-    while True:
-        try:
-            start = body.index(answer[0], start)
-        except ValueError:
-            return False
-        if body[start : start + n] == answer:
-            return True
-        start += 1
-
-
 def answer_slots(batch: RealmBatch, bodies: list[list[int]], num_retrieved: int) -> Tensor:
     """[B, 1 + num_retrieved] bool: which slots' ``bodies`` (flat, ``num_retrieved`` per query, no null slot) hold
-    the query's masked wordpieces in order (``holds_answer``); slot 0 (the null document) is always False."""
+    the query's masked wordpieces as one contiguous run (``contains_run``); slot 0 (the null document) never does."""
     targets = [row[mask.bool()].tolist() for row, mask in zip(batch.target_ids, batch.target_mask)]
     flags = [
-        [False] + [holds_answer(body, answer) for body in bodies[b * num_retrieved : (b + 1) * num_retrieved]]
+        [False] + [contains_run(body, answer) for body in bodies[b * num_retrieved : (b + 1) * num_retrieved]]
         for b, answer in enumerate(targets)
     ]
     return torch.tensor(flags, dtype=torch.bool).view(len(targets), num_retrieved + 1)

@@ -19,6 +19,8 @@ import string
 import unicodedata
 from typing import Sequence
 
+from realm.core.sequences import contains_run
+
 __all__ = [
     "normalize_answer",
     "exact_match",
@@ -140,14 +142,6 @@ def simple_tokenize(text: str, *, uncased: bool = True) -> list[str]:
     return tokens
 
 
-def _contains_sequence(haystack: Sequence[str], needle: Sequence[str]) -> bool:
-    m = len(needle)
-    if m == 0:
-        return False
-    first = needle[0]
-    return any(haystack[i] == first and list(haystack[i : i + m]) == list(needle) for i in range(len(haystack) - m + 1))
-
-
 def has_answer(text: str, answers: Sequence[str], *, regex: bool = False) -> bool:
     """DPR's top-k retrieval check: does ``text`` (a retrieved block) contain any of ``answers``?
 
@@ -163,7 +157,7 @@ def has_answer(text: str, answers: Sequence[str], *, regex: bool = False) -> boo
         text = unicodedata.normalize("NFD", text)
         return any(compile_pattern(pattern).search(text) is not None for pattern in answers)
     text_tokens = _nfd_tokens(text)
-    return any(_contains_sequence(text_tokens, _nfd_tokens(answer)) for answer in answers)
+    return any(contains_run(text_tokens, _nfd_tokens(answer)) for answer in answers)
 
 
 @functools.lru_cache(maxsize=16384)

@@ -11,7 +11,7 @@ from realm.data.packing import SpecialIds
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import PretrainCollator
-from realm.pretrain.candidates import build_candidates, holds_answer, select_candidates
+from realm.pretrain.candidates import build_candidates, select_candidates
 from realm.pretrain.loss import marginal_mlm_loss
 from realm.pretrain.model import RealmModel
 
@@ -90,8 +90,6 @@ def test_answer_slots_mark_the_blocks_whose_body_holds_the_masked_span_in_order(
     store, _ = _store(bodies=bodies)
     cand = build_candidates(batch, torch.tensor([[1, 0, 4], [2, 3, -1]]), store, SPECIAL, max_block_length=16)
     assert cand.answer_slots.tolist() == [[False, False, True, True], [False, False, True, False]]
-    assert not holds_answer([9, a, b], []) and not holds_answer([a], [a, b])
-    assert holds_answer([a, 9, a, b], [a, b])  # the scan goes on past a first wordpiece that starts no match
 
 
 @pytest.mark.parametrize("shared", [True, False])

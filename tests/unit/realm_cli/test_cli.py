@@ -333,7 +333,7 @@ def test_inspect_prints_the_same_ranking_from_the_live_and_an_exact_index(tiny_r
     tie = 1e-6  # float32 noise on scores near 0.16; the untrained model's neighbouring scores lie ~1e-5 apart
     assert (live_scores - exact_scores).abs().max() < tie
     exact_by_block = dict(zip(exact_ids, exact_scores.tolist()))
-    # the live ranking is an exact ranking: each block it puts at rank r scores, exactly, what exact's rank r scores
+    # the live ranking is an exact ranking: each block it puts at rank r scores what exact's rank r scores (to noise)
     live_as_exact = torch.tensor([exact_by_block[i] for i in live_ids], dtype=torch.double)
     assert (live_as_exact - exact_scores).abs().max() < tie
     assert (exact_scores[:-1] - exact_scores[1:]).max() > 10 * tie, "the scores must not all tie: nothing compared"
