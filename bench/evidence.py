@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     rows = [name for name in ROWS if name in requested]  # hot_swap last: it reuses the realm row's model
     if "hot_swap" in rows and "realm" not in rows:
         parser.error("hot_swap reuses the realm row's model: list realm too")
+    if args.ict_steps is not None and args.ict_steps < 1:
+        parser.error(f"--ict-steps must be at least 1 (ICT trains the shared retriever), got {args.ict_steps}")
     if bad := [item for item in args.set if "=" not in item]:
         parser.error(f"--set takes KEY=VALUE, got {bad}")
     common = [f"--{item}" for item in args.set]

@@ -58,3 +58,11 @@ def test_ict_steps_reach_the_shared_start(monkeypatch, tmp_path):
     assert seen["ict_steps"] == 40 and paths["retriever"] == tmp_path / "ict" / "retriever"
     evidence.prepare(tmp_path, seed=0, entities=8)
     assert seen["ict_steps"] is None  # the demo's own ICT steps
+
+
+def test_ict_steps_below_one_are_refused_before_any_work(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        evidence.main(["--ict-steps", "0", "--out", str(tmp_path / "ev")])
+    assert exit_info.value.code == 2
+    assert "--ict-steps must be at least 1" in capsys.readouterr().err
+    assert not (tmp_path / "ev").exists()  # refused before the shared start wrote anything
