@@ -39,6 +39,7 @@ from realm.run.layout import clear_done, export_retriever, latest_retriever_expo
 from realm.run.publication import clean_staging, verify_published
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import TrainingLoop, iterate, start_job
+from realm.training.optim import retriever_lr
 from trainer.builder_process import ChildBuilder, tracking_args
 from trainer.candidate_prefetch import CandidatePipeline
 from trainer.index_sync import IndexSync, RunTotals
@@ -300,6 +301,8 @@ class Trainer:
             "time/refresh_wait_fraction": self.totals.refresh_wait_s / wall if wall else 0.0,
             "train/world_size": self.num_processes,
         }
+        if (rate := retriever_lr(self.optimizer)) is not None:
+            extra["train/retriever_lr"] = rate  # its own warm-up and scale (optim.retriever_*)
         plain, _ = self.loop.log_window("train", extra)
         self.candidates.critical_s = 0.0
         logger.info(

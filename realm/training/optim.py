@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
-from transformers import get_linear_schedule_with_warmup
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +39,12 @@ class OptimConfig:
     retriever_lr_scale: float = 1.0
     """Learning rate of the embedders relative to ``lr``. Below 1 protects an ICT-trained retriever while the encoder
     still ignores the documents: its gradients are then mostly noise, and Adam turns noise into full-size steps."""
+    retriever_warmup_steps: int | None = None
+    """Warm-up of the embedders' rate alone (None: ``warmup_steps``, as every group). Longer than the encoder's, it
+    holds the retriever's steps small until the reader reads the documents, when its gradients start to carry signal.
+    Measured from a young (40-step ICT) retriever at ``retriever_lr_scale`` 1.0, 3 starts x 3 index schedules: with
+    the encoder's 50 steps, 2 of the 9 runs lost their candidates at the rate's peak (held-out accuracy 0.015, 0.167);
+    with 200, none did, and all 9 ended better (+0.228 on average; README, "Index freshness")."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (0 disables clipping)."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -60,6 +65,8 @@ class OptimConfig:
             raise ValueError(f"lr_base_width must be >= 0 (0: off), got {self.lr_base_width}")
         if self.warmup_steps < 0 or self.weight_decay < 0 or self.max_grad_norm < 0 or self.decay_steps < 0:
             raise ValueError("warmup_steps, decay_steps, weight_decay and max_grad_norm must be >= 0")
+        if self.retriever_warmup_steps is not None and self.retriever_warmup_steps < 0:
+            raise ValueError(f"retriever_warmup_steps must be >= 0 (or unset), got {self.retriever_warmup_steps}")
 
 
 def model_width(model: nn.Module) -> int:
@@ -99,17 +106,31 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, max_steps: int):
             "params": params,
             "lr": lr * (cfg.retriever_lr_scale if is_retriever else 1.0),
             "weight_decay": cfg.weight_decay if decay else 0.0,
+            "retriever": is_retriever,  # note: read by retriever_lr; AdamW keeps a group's extra keys
         }
         for (is_retriever, decay), params in sorted(groups.items())
     ]
     kernel = IMPLEMENTATIONS[cfg.implementation]
     optimizer = torch.optim.AdamW(param_groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, **kernel)
-    warmup = min(cfg.warmup_steps, max_steps)
-    if cfg.schedule == "wsd":
-        scheduler = LambdaLR(optimizer, WarmupStableDecay(warmup, max_steps - cfg.decay_steps, max_steps))
-    else:
-        scheduler = get_linear_schedule_with_warmup(optimizer, warmup, max(max_steps, 1))
-    return optimizer, scheduler
+    retriever_warmup = cfg.warmup_steps if cfg.retriever_warmup_steps is None else cfg.retriever_warmup_steps
+    schedules = [
+        _schedule(cfg, retriever_warmup if is_retriever else cfg.warmup_steps, max_steps)
+        for (is_retriever, _), _ in sorted(groups.items())
+    ]
+    return optimizer, LambdaLR(optimizer, schedules)
+
+
+def _schedule(cfg: OptimConfig, warmup_steps: int, max_steps: int) -> "WarmupStableDecay":
+    """One group's LR factor: ``linear`` is a ``wsd`` whose decay starts when the warm-up ends (the factor of
+    transformers' ``get_linear_schedule_with_warmup``)."""
+    warmup = min(warmup_steps, max_steps)
+    decay_start = max_steps - cfg.decay_steps if cfg.schedule == "wsd" else warmup
+    return WarmupStableDecay(warmup, decay_start, max(max_steps, 1))
+
+
+def retriever_lr(optimizer: torch.optim.Optimizer) -> float | None:
+    """The embedders' current rate (None when the model has no retriever group)."""
+    return next((group["lr"] for group in optimizer.param_groups if group.get("retriever")), None)
 
 
 class WarmupStableDecay:

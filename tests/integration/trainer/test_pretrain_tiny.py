@@ -77,7 +77,9 @@ def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, 
 
 
 def test_stopped_and_resumed_run_reaches_the_same_losses(tiny_world, tmp_path):
-    common = ["--config", TINY, "--train.log_interval=1", "--train.save_interval=100", *data_overrides(tiny_world)]
+    # the retriever's own warm-up (4 steps; the encoder's is 2): two schedules to checkpoint and resume
+    common = ["--config", TINY, "--train.log_interval=1", "--train.save_interval=100",
+              "--optim.retriever_warmup_steps=4", *data_overrides(tiny_world)]  # fmt: skip
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
     run_module("trainer.pretrain", *common, f"--train.run_dir={straight}")
     run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}", "--train.stop_at_step=3")
@@ -104,9 +106,13 @@ def test_stopped_and_resumed_run_reaches_the_same_losses(tiny_world, tmp_path):
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), f"step {step}: {a[step]} vs {b[step]}"
-    lrs = [{r["step"]: r["train/lr"] for r in read_metrics(run / "metrics.jsonl") if "train/lr" in r} for run in
-           (straight, interrupted)]  # fmt: skip
-    assert lrs[0] == lrs[1] and len(set(lrs[0].values())) > 2
+    for key in ("train/lr", "train/retriever_lr"):
+        lrs = [{r["step"]: r[key] for r in read_metrics(run / "metrics.jsonl") if key in r}
+               for run in (straight, interrupted)]  # fmt: skip
+        assert lrs[0] == lrs[1] and len(set(lrs[0].values())) > 2, key
+    rates = {r["step"]: (r["train/lr"], r["train/retriever_lr"])
+             for r in read_metrics(straight / "metrics.jsonl") if "train/lr" in r}  # fmt: skip
+    assert rates[1][1] < rates[1][0] and rates[4][1] > rates[4][0]  # slower up (peak at step 4), later down
 
 
 def test_prefetched_candidates_resume_exactly(tiny_world, tmp_path):

@@ -9,7 +9,7 @@ from transformers import BertConfig
 
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.model import RealmModel
-from realm.training.optim import OptimConfig, build_optimizer, model_width, peak_lr
+from realm.training.optim import OptimConfig, build_optimizer, model_width, peak_lr, retriever_lr
 
 
 def _realm(width: int) -> RealmModel:
@@ -80,3 +80,66 @@ def test_the_fused_and_foreach_kernels_make_the_for_loop_update():
     assert optimizer.defaults["fused"] is True  # the default
     with pytest.raises(ValueError, match="implementation"):
         OptimConfig(implementation="apex")
+
+
+def _factors(scheduler, optimizer, steps: int) -> list[tuple[float, float]]:
+    """(encoder rate, retriever rate) after each of ``steps`` scheduler steps, from the step-0 rates on."""
+    def rates():
+        encoder = next(g["lr"] for g in optimizer.param_groups if not g["retriever"])
+        return encoder, retriever_lr(optimizer)
+
+    seen = [rates()]
+    for _ in range(steps):
+        optimizer.step()
+        scheduler.step()
+        seen.append(rates())
+    return seen
+
+
+@pytest.mark.parametrize("schedule", ["linear", "wsd"])
+def test_the_retriever_warms_up_on_its_own_schedule(schedule):
+    """optim.retriever_warmup_steps: the embedders' rate rises over its own steps to lr x retriever_lr_scale, then
+    follows the same decay; the encoder's rate is the schedule it would be without the option."""
+    model = _realm(32)
+    common = dict(lr=1e-3, warmup_steps=2, retriever_lr_scale=0.5, schedule=schedule, decay_steps=4)
+    plain = _factors(*reversed(build_optimizer(model, OptimConfig(**common), 10)), 10)
+    optimizer, scheduler = build_optimizer(model, OptimConfig(**common, retriever_warmup_steps=5), 10)
+    seen = _factors(scheduler, optimizer, 10)
+    assert [e for e, _ in seen] == pytest.approx([e for e, _ in plain])  # the encoder is untouched
+    assert [r for _, r in plain][:3] == pytest.approx([0.0, 0.25e-3, 0.5e-3])  # default: the encoder's warm-up
+    retriever = [r for _, r in seen]
+    assert retriever[:6] == pytest.approx([0.5e-3 * s / 5 for s in range(6)])  # 5 steps to its own peak
+    decay_start = 5 if schedule == "linear" else 6  # linear decays from the end of the warm-up, wsd over the last 4
+    assert retriever[decay_start] == pytest.approx(0.5e-3) and retriever[10] == 0.0
+    assert all(a >= b for a, b in zip(retriever[5:], retriever[6:]))
+
+
+def test_the_linear_schedule_is_transformers_linear_warmup_decay():
+    from transformers import get_linear_schedule_with_warmup
+
+    model = torch.nn.Linear(2, 2)
+    optimizer, scheduler = build_optimizer(model, OptimConfig(lr=1.0, warmup_steps=3, lr_base_width=0), 9)
+    reference = get_linear_schedule_with_warmup(torch.optim.SGD(model.parameters(), lr=1.0), 3, 9)
+    for step in range(12):
+        assert scheduler.lr_lambdas[0](step) == pytest.approx(reference.lr_lambdas[0](step)), step
+
+
+def test_the_schedules_survive_a_json_checkpoint():
+    """The scheduler's state is saved as JSON (realm.training.checkpoint): each group's schedule comes back."""
+    import json
+
+    cfg = OptimConfig(lr=1e-3, warmup_steps=2, retriever_warmup_steps=6)
+    optimizer, scheduler = build_optimizer(_realm(32), cfg, 20)
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    state = json.loads(json.dumps(scheduler.state_dict()))
+    fresh_optimizer, fresh = build_optimizer(_realm(32), OptimConfig(lr=1e-3, warmup_steps=2), 20)
+    fresh.load_state_dict(state)
+    assert [f(3) for f in fresh.lr_lambdas] == [f(3) for f in scheduler.lr_lambdas]
+    assert fresh.lr_lambdas[-1](3) == pytest.approx(3 / 6)  # the retriever still warming up (without: 1.0 at 2)
+
+
+def test_a_negative_retriever_warmup_is_refused():
+    with pytest.raises(ValueError, match="retriever_warmup_steps"):
+        OptimConfig(retriever_warmup_steps=-1)
