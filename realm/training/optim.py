@@ -114,13 +114,13 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, max_steps: int):
     optimizer = torch.optim.AdamW(param_groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, **kernel)
     retriever_warmup = cfg.warmup_steps if cfg.retriever_warmup_steps is None else cfg.retriever_warmup_steps
     schedules = [
-        _schedule(cfg, retriever_warmup if is_retriever else cfg.warmup_steps, max_steps)
-        for (is_retriever, _), _ in sorted(groups.items())
+        _schedule(cfg, retriever_warmup if group["retriever"] else cfg.warmup_steps, max_steps)
+        for group in param_groups
     ]
     return optimizer, LambdaLR(optimizer, schedules)
 
 
-def _schedule(cfg: OptimConfig, warmup_steps: int, max_steps: int) -> "WarmupStableDecay":
+def _schedule(cfg: OptimConfig, warmup_steps: int, max_steps: int) -> WarmupStableDecay:
     """One group's LR factor: ``linear`` is a ``wsd`` whose decay starts when the warm-up ends (the factor of
     transformers' ``get_linear_schedule_with_warmup``)."""
     warmup = min(warmup_steps, max_steps)
