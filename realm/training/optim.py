@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 from torch import nn
@@ -120,12 +122,16 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, max_steps: int):
     return optimizer, LambdaLR(optimizer, schedules)
 
 
-def _schedule(cfg: OptimConfig, warmup_steps: int, max_steps: int) -> WarmupStableDecay:
-    """One group's LR factor: ``linear`` is a ``wsd`` whose decay starts when the warm-up ends (the factor of
-    transformers' ``get_linear_schedule_with_warmup``)."""
+def _schedule(cfg: OptimConfig, warmup_steps: int, max_steps: int) -> Callable[[int], float]:
+    """One group's LR factor of a step: ``linear`` is a ``wsd`` whose decay starts when the warm-up ends (the factor
+    of transformers' ``get_linear_schedule_with_warmup``).
+
+    A ``partial``, as transformers' factors are: ``LambdaLR`` saves a factor object's ``__dict__`` and restores it on
+    load, which for a partial is empty. So the schedule is always the one the config builds and a checkpoint restores
+    only the step count: a run resumed with more ``max_steps`` extends its decay instead of holding the rate at 0."""
     warmup = min(warmup_steps, max_steps)
     decay_start = max_steps - cfg.decay_steps if cfg.schedule == "wsd" else warmup
-    return WarmupStableDecay(warmup, decay_start, max(max_steps, 1))
+    return functools.partial(warmup_stable_decay, warmup, max(decay_start, warmup), max(max_steps, 1))
 
 
 def retriever_lr(optimizer: torch.optim.Optimizer) -> float | None:
@@ -133,16 +139,11 @@ def retriever_lr(optimizer: torch.optim.Optimizer) -> float | None:
     return next((group["lr"] for group in optimizer.param_groups if group.get("retriever")), None)
 
 
-class WarmupStableDecay:
-    """LR factor of a step: linear warm-up to 1 over ``warmup`` steps, 1 until ``decay_start``, then linear to 0 at
-    ``max_steps``. A class, not a closure, so the scheduler's state stays plain data (checkpoints keep it as JSON)."""
-
-    def __init__(self, warmup: int, decay_start: int, max_steps: int) -> None:
-        self.warmup, self.decay_start, self.max_steps = warmup, max(decay_start, warmup), max_steps
-
-    def __call__(self, step: int) -> float:
-        if step < self.warmup:
-            return step / self.warmup
-        if step < self.decay_start:
-            return 1.0
-        return max(0.0, (self.max_steps - step) / max(1, self.max_steps - self.decay_start))
+def warmup_stable_decay(warmup: int, decay_start: int, max_steps: int, step: int) -> float:
+    """LR factor of ``step``: linear warm-up to 1 over ``warmup`` steps, 1 until ``decay_start``, then linear to 0 at
+    ``max_steps``."""
+    if step < warmup:
+        return step / warmup
+    if step < decay_start:
+        return 1.0
+    return max(0.0, (max_steps - step) / max(1, max_steps - decay_start))

@@ -3,6 +3,8 @@ inside; the demo hands a --model shape to every stage."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from transformers import BertConfig
@@ -124,20 +126,47 @@ def test_the_linear_schedule_is_transformers_linear_warmup_decay():
         assert scheduler.lr_lambdas[0](step) == pytest.approx(reference.lr_lambdas[0](step)), step
 
 
-def test_the_schedules_survive_a_json_checkpoint():
-    """The scheduler's state is saved as JSON (realm.training.checkpoint): each group's schedule comes back."""
-    import json
+def _resumed(state: dict, cfg: OptimConfig, max_steps: int):
+    """A scheduler built from ``cfg`` and loaded with ``state`` after a JSON round trip, as realm.training.checkpoint
+    saves and loads it."""
+    optimizer, scheduler = build_optimizer(_realm(32), cfg, max_steps)
+    scheduler.load_state_dict(json.loads(json.dumps(state)))
+    return optimizer, scheduler
 
-    cfg = OptimConfig(lr=1e-3, warmup_steps=2, retriever_warmup_steps=6)
-    optimizer, scheduler = build_optimizer(_realm(32), cfg, 20)
+
+def test_a_checkpoint_restores_the_step_and_the_config_the_schedules():
+    """The scheduler's state is saved as JSON: a resume continues at the saved step, each group on the schedule its
+    config builds, so a run resumed with more max_steps extends its decay (with the schedule's parameters restored
+    from the checkpoint, the rate stayed at 0 after the old last step)."""
+    cfg = OptimConfig(lr=1.0, warmup_steps=2, retriever_warmup_steps=5, lr_base_width=0)
+    optimizer, scheduler = build_optimizer(_realm(32), cfg, 6)
     for _ in range(3):
         optimizer.step()
         scheduler.step()
-    state = json.loads(json.dumps(scheduler.state_dict()))
-    fresh_optimizer, fresh = build_optimizer(_realm(32), OptimConfig(lr=1e-3, warmup_steps=2), 20)
-    fresh.load_state_dict(state)
-    assert [f(3) for f in fresh.lr_lambdas] == [f(3) for f in scheduler.lr_lambdas]
-    assert fresh.lr_lambdas[-1](3) == pytest.approx(3 / 6)  # the retriever still warming up (without: 1.0 at 2)
+    same_optimizer, same = _resumed(scheduler.state_dict(), cfg, 6)
+    assert same.last_epoch == 3 and same.get_last_lr() == pytest.approx(scheduler.get_last_lr())
+    factors = {g["retriever"]: f(3) for f, g in zip(same.lr_lambdas, same_optimizer.param_groups)}
+    assert factors == {False: pytest.approx((6 - 3) / (6 - 2)), True: pytest.approx(3 / 5)}  # retriever warming up
+    for _ in range(3):
+        optimizer.step()
+        scheduler.step()
+    assert scheduler.get_last_lr() == [0.0] * len(scheduler.get_last_lr())  # the 6-step run ends at 0
+    longer_optimizer, longer = _resumed(scheduler.state_dict(), cfg, 8)
+    longer_optimizer.step()
+    longer.step()
+    assert retriever_lr(longer_optimizer) == pytest.approx((8 - 7) / (8 - 5))  # decaying to 0 at the new step 8
+    assert longer.get_last_lr()[0] == pytest.approx((8 - 7) / (8 - 2))
+
+
+def test_a_checkpoint_written_with_schedule_parameters_still_loads():
+    """Checkpoints written before the factors were partials hold each factor's parameters; they load, and the
+    config's schedule applies."""
+    cfg = OptimConfig(lr=1.0, warmup_steps=2, lr_base_width=0)
+    _, scheduler = build_optimizer(_realm(32), cfg, 10)
+    state = scheduler.state_dict() | {"last_epoch": 5, "_step_count": 6}
+    state["lr_lambdas"] = [{"warmup": 2, "decay_start": 2, "max_steps": 6}] * len(state["lr_lambdas"])
+    _, resumed = _resumed(state, cfg, 10)
+    assert resumed.last_epoch == 5 and resumed.lr_lambdas[0](5) == pytest.approx((10 - 5) / (10 - 2))
 
 
 def test_a_negative_retriever_warmup_is_refused():
