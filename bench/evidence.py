@@ -42,6 +42,7 @@ import argparse
 import json
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
@@ -50,11 +51,12 @@ from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging, read_metrics  # noqa: E402
 from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks  # noqa: E402
 from realm.data.corpus import CorpusConfig  # noqa: E402
-from realm.data.jsonl import iter_field  # noqa: E402
+from realm.data.jsonl import iter_field, iter_jsonl  # noqa: E402
 from realm.data.sentences import split_sentences  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
+from realm.index.bm25 import BM25Index  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
@@ -67,7 +69,10 @@ from trainer.loop import Trainer  # noqa: E402
 
 OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
 TRAIN_RECALL = "train/answer_recall"
-ROWS = ("realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token", "hot_swap")
+ROWS = ("majority", "realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token",
+        "bm25_reader", "hot_swap")
+USES_REALM = ("bm25_reader", "hot_swap")
+"""Rows that reuse the realm row's trained model instead of training their own."""
 NEVER = 10**9
 ROW_CONFIG = REPO / "configs/pretrain/demo.yaml"  # every row's pre-training config, before its overrides
 
@@ -166,6 +171,35 @@ def _figures(metrics) -> dict:
     }
 
 
+def majority_row(paths: dict[str, Path]) -> dict:
+    """The answer most often given for each relation in the pre-training sentences X, guessed for every held-out
+    sentence of that relation: what knowing the relation alone is worth (no model, no retrieval)."""
+    t0 = time.perf_counter()
+    counts: dict[str, Counter] = {}
+    for _, record in iter_jsonl(paths["pretrain"]):
+        counts.setdefault(record["relation"], Counter())[record["answer"]] += 1
+    guess = {relation: c.most_common(1)[0][0] for relation, c in counts.items()}
+    heldout = [record for _, record in iter_jsonl(paths["heldout"])][: load_config(PretrainConfig, ROW_CONFIG).eval.max_examples]
+    right = sum(guess.get(r["relation"]) == r["answer"] for r in heldout)
+    return {"span_accuracy": right / len(heldout), "num_examples": len(heldout), "wall_s": time.perf_counter() - t0}
+
+
+def bm25_row(trainer: Trainer) -> dict:
+    """The realm row's trained model reading BM25's top-k (over the blocks' wordpieces, queried with the masked
+    held-out sentence) instead of its own retriever's: how much of the row's figure a lexical retriever gives."""
+    t0 = time.perf_counter()
+    cfg, store, special = trainer.cfg, trainer.store, trainer.special
+    titles, bodies = store.tokens(range(len(store)))
+    ignore = {special.cls, special.sep, special.pad, special.mask, trainer.tokenizer.unk_token_id}
+    bm25 = BM25Index([t + b for t, b in zip(titles, bodies)], len(trainer.tokenizer), ignore=ignore)
+    metrics = evaluate_heldout(
+        trainer.unwrapped, trainer.heldout, store, special, cfg.retriever, index=bm25,
+        query_vectors=lambda batch: bm25.query_vectors(batch.query_tokens()), batch_size=cfg.eval.batch_size,
+        max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
+    )  # fmt: skip
+    return _figures(metrics) | {"wall_s": time.perf_counter() - t0}
+
+
 def hot_swap_row(out: Path, seed: int, entities: int, trainer: Trainer) -> dict:
     """The trained ``realm`` model over a corpus with new held-out facts: only the blocks and index are rebuilt."""
     t0 = time.perf_counter()
@@ -210,9 +244,9 @@ def main(argv: list[str] | None = None) -> int:
     requested = set(args.rows.split(","))
     if unknown := requested - set(ROWS):
         parser.error(f"unknown rows {sorted(unknown)}; choose from {ROWS}")
-    rows = [name for name in ROWS if name in requested]  # hot_swap last: it reuses the realm row's model
-    if "hot_swap" in rows and "realm" not in rows:
-        parser.error("hot_swap reuses the realm row's model: list realm too")
+    rows = [name for name in ROWS if name in requested]  # bm25_reader and hot_swap after realm: they reuse its model
+    if (reusing := [name for name in USES_REALM if name in rows]) and "realm" not in rows:
+        parser.error(f"{', '.join(reusing)} reuse(s) the realm row's model: list realm too")
     if args.ict_steps is not None and args.ict_steps < 1:
         parser.error(f"--ict-steps must be at least 1 (ICT trains the shared retriever), got {args.ict_steps}")
     if bad := [item for item in args.set if "=" not in item]:
@@ -227,13 +261,20 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     paths = prepare(out, args.seed, args.entities, args.ict_steps)
     table = {"prepare": {"wall_s": time.perf_counter() - t0}}
-    fresh = [f"--refresh.refresh_interval={args.refresh}"]
+    lag = load_config(PretrainConfig, ROW_CONFIG, common).refresh.swap_lag
+
+    def every(interval: int) -> list[str]:
+        """Exports every ``interval`` steps, each going live ``min(lag, interval - 1)`` steps later (reproducible;
+        ``--set refresh.swap_lag=-1`` swaps each as soon as it is built, the fastest)."""
+        return [f"--refresh.refresh_interval={interval}", f"--refresh.swap_lag={min(lag, interval - 1)}"]
+
+    fresh = every(args.refresh)
     variants = {
         "realm": fresh,
         "closed_book": [*fresh, "--train.loss=closed_book"],
         "memorisation": [*fresh, "--train.loss=closed_book", f"--data.sentences={out / 'x_plus_z.jsonl'}"],
-        "stale_30x": [f"--refresh.refresh_interval={30 * args.refresh}", f"--refresh.max_staleness={NEVER}"],
-        "frozen": [f"--refresh.refresh_interval={NEVER}", f"--refresh.max_staleness={NEVER}"],
+        "stale_30x": [*every(30 * args.refresh), f"--refresh.max_staleness={NEVER}"],
+        "frozen": [*every(NEVER), f"--refresh.max_staleness={NEVER}"],
         "random_span": [*fresh, "--data.masking=random_span"],
         "random_token": [*fresh, "--data.masking=random_token"],
     }
@@ -244,6 +285,10 @@ def main(argv: list[str] | None = None) -> int:
     for name in rows:
         if name == "hot_swap":
             table[name] = hot_swap_row(out / "hot_swap", args.seed, args.entities, realm_trainer)
+        elif name == "bm25_reader":
+            table[name] = bm25_row(realm_trainer)
+        elif name == "majority":
+            table[name] = majority_row(paths)
         else:
             first = "start" not in table
             figures, trainer, start = pretrain_row(
@@ -261,6 +306,24 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def ratios(table: dict) -> list[str]:
+    """The realm row's held-out accuracy over each baseline that has a figure: the trained closed-book row, the realm
+    model's own null slot, and the majority guess (a ratio over 0 is left out)."""
+    if "realm" not in table:
+        return []
+    realm = table["realm"]["span_accuracy"]
+    baselines = {
+        "the closed_book row (trained without retrieval)": table.get("closed_book", {}).get("span_accuracy"),
+        "the realm model's own null slot": table["realm"]["closed_book_span_accuracy"],
+        "the majority guess per relation": table.get("majority", {}).get("span_accuracy"),
+    }
+    return [
+        f"realm / {name}: {realm:.3f} / {value:.3f} = {realm / value:.1f}x"
+        for name, value in baselines.items()
+        if value
+    ]
+
+
 def format_table(table: dict) -> str:
     lines = [
         "| row | held-out span acc | closed book | gold recall@k | old facts | acc over ICT index | doc cos ICT-final "
@@ -271,15 +334,17 @@ def format_table(table: dict) -> str:
         if name == "prepare":
             continue
         recall = next((v for k, v in row.items() if k.startswith("gold_recall@")), float("nan"))
+        closed = row.get("closed_book_span_accuracy", float("nan"))
         old, ict, cos = (f"{row[k]:.3f}" if k in row else "" for k in OPTIONAL_COLUMNS)
         trained = ""
         if "train_answer_recall" in row:
             trained = f"{row['train_answer_recall']:.3f} / {row['train_answer_recall_end']:.3f}"
         lines.append(
-            f"| {name} | {row['span_accuracy']:.3f} | {row['closed_book_span_accuracy']:.3f} | {recall:.3f} | {old} "
+            f"| {name} | {row['span_accuracy']:.3f} | {closed:.3f} | {recall:.3f} | {old} "
             f"| {ict} | {cos} | {trained} | {row['wall_s']:.0f} |"
         )
     lines.append(f"(shared start: world, reader warm-up and ICT in {table['prepare']['wall_s']:.0f} s)")
+    lines += ratios(table)
     return "\n".join(lines)
 
 

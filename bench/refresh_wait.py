@@ -80,6 +80,7 @@ def pretrain(run_dir: Path, processes: int, args: argparse.Namespace, data: dict
         f"--train.save_interval={args.steps}",
         f"--refresh.refresh_interval={args.refresh_interval}",
         f"--refresh.max_staleness={max_staleness}",
+        "--refresh.swap_lag=-1",  # note: the asynchronous swap is what this measures, not the reproducible one
         "--refresh.spawn_builder=true",
         f"--data.tokenizer={data['tokenizer']}",
         f"--data.blocks={data['blocks']}",

@@ -31,7 +31,8 @@ from realm.core.errors import RunError, run_command
 from realm.core.logging import read_metrics
 from realm_cli.report_knnlm import is_knnlm_results, knnlm_sections
 
-# (title, metric) of the fixed plots; recall plots are added for every eval/gold_recall_at_* key found.
+# (title, metric) of the fixed plots; the held-out curve and a recall plot for every eval/gold_recall_at_* key found
+# go after the first three.
 PLOTS: tuple[tuple[str, str], ...] = (
     ("Loss", "train/loss"),
     ("Retrieval utility", "train/retrieval_utility"),
@@ -40,6 +41,7 @@ PLOTS: tuple[tuple[str, str], ...] = (
     ("Index staleness (steps since the index's encoder)", "index/staleness"),
 )
 RECALL_PREFIX = "eval/gold_recall_at_"
+HELDOUT_PLOT = ("Held-out span accuracy, with retrieval (train.eval_interval)", "eval/span_accuracy")
 
 _WIDTH, _HEIGHT = 640, 260
 _LEFT, _RIGHT, _TOP, _BOTTOM = 72, 16, 28, 42
@@ -225,7 +227,8 @@ def _flatten(mapping: dict, prefix: str = "") -> list[tuple[str, Any]]:
 
 def _plots(metrics: Sequence[dict]) -> list[str]:
     recall_keys = sorted({k for r in metrics for k in r if k.startswith(RECALL_PREFIX)})
-    wanted = list(PLOTS[:3]) + [(f"Gold recall@{k[len(RECALL_PREFIX):]}", k) for k in recall_keys] + list(PLOTS[3:])
+    recall_plots = [(f"Gold recall@{k[len(RECALL_PREFIX):]}", k) for k in recall_keys]
+    wanted = [*PLOTS[:3], HELDOUT_PLOT, *recall_plots, *PLOTS[3:]]
     figures, missing = [], []
     for title, metric in wanted:
         series = metric_series(metrics, metric)
@@ -234,7 +237,7 @@ def _plots(metrics: Sequence[dict]) -> list[str]:
         else:
             missing.append(metric)
     if not recall_keys:
-        missing.insert(3, RECALL_PREFIX + "*")
+        missing.insert(min(4, len(missing)), RECALL_PREFIX + "*")
     out = ["<h2>Training signals</h2>", '<div class="plots">', *figures, "</div>"]
     out += [
         f'<p class="missing" data-metric="{_esc(m)}">No <code>{_esc(m)}</code> series in metrics.jsonl; plot skipped.</p>'

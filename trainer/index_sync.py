@@ -2,7 +2,9 @@
 
 The index is never refreshed inside a step. The builder (another process) publishes new versions; each process's
 watcher thread loads them off the critical path; between steps ``IndexSync.maybe_swap`` swaps the newest one in and
-blocks only when the live index is more than ``max_staleness`` steps old (or when there is none yet).
+blocks only when the live index is more than ``max_staleness`` steps old (or when there is none yet). Which step a
+version goes live at then depends on the builder's speed; ``IndexSync.swap_due`` (``refresh.swap_lag``) instead makes
+each version live at a fixed step, so that two runs of one seed train on the same indexes.
 
 With N processes each process retrieves from its own read-only copy of the index. A version goes live only in the
 step in which every process has loaded that same version (one all-gather of an int per step), so all processes always
@@ -146,6 +148,35 @@ class IndexSync:
         waited = time.perf_counter() - start
         self.totals.index_wait_s += waited
         return waited
+
+    def start_at(self, due: int, step: int, timeout_s: float) -> None:
+        """The first index of an invocation under ``refresh.swap_lag``: version ``due``. A resumed run loads it from
+        disk, since CURRENT may already name a newer version that goes live only later."""
+        if step > 0:
+            published = self.watcher.load_step(due)
+            if int(self.gather_ints(int(published is not None))[:, 0].min()) == 1:
+                self.index = published
+                self.totals.num_index_refreshes += 1
+                logger.info("step %d: resumed on index v%d", step, due)
+                return
+            logger.warning(
+                "index v%d, which this run searched at step %d, cannot be loaded (pruned by keep_versions?): waiting "
+                "for a newer one, so steps up to the next swap differ from an uninterrupted run", due, step
+            )
+        self.wait_for_index(due, step, timeout_s)
+
+    def swap_due(self, step: int, due: int, timeout_s: float) -> None:
+        """Reproducible refresh (``refresh.swap_lag``): before ``step``, make version ``due`` live (the export the
+        schedule made ``swap_lag`` steps ago), waiting for it if it is late; a version loaded earlier waits in
+        ``pending`` until its step. No newer export exists yet (the lag is below the export interval), so the
+        version waited for is exactly ``due``."""
+        if due <= self.index.step:
+            self._take_loaded(step)  # note: keeps the mailbox drained; nothing goes live before its step
+            return
+        if not self._swap_if_agreed(self.gather_ints(self._take_loaded(step))[:, 0], step, min_step=due):
+            self.totals.refresh_wait_s += self.wait_for_index(due, step, timeout_s)
+        if self.index.step != due:
+            raise RuntimeError(f"step {step}: index v{self.index.step} went live where v{due} was due")
 
     def maybe_swap(self, step: int, max_staleness: int, timeout_s: float) -> None:
         """Between steps: swap in a newer index once every process has it; block only past ``max_staleness``."""

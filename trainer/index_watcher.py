@@ -14,7 +14,8 @@ from pathlib import Path
 
 from realm.index.mips import IndexConfig
 from realm.index.versions import IndexVersionError, PublishedIndex, current_index_version, load_index_version
-from realm.run.publication import read_manifest
+from realm.run.layout import INDEX_PREFIX, index_dir
+from realm.run.publication import folder_name, read_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -97,6 +98,30 @@ class IndexWatcher:
             published, self._mailbox = self._mailbox, None
             return published
 
+    def load(self, version: Path, manifest: dict) -> PublishedIndex | None:
+        """Loads the published ``version`` with the watcher's checks and settings, or logs why not and returns None
+        (a bad version must never kill the thread: the trainer keeps the last good index)."""
+        try:
+            # note: the fingerprint is in the manifest, so a version over other blocks is refused before it is loaded
+            found = manifest.get("corpus_fingerprint")
+            if self.corpus_fingerprint is not None and found != self.corpus_fingerprint:
+                raise IndexVersionError(
+                    f"{version}: built over other blocks (corpus fingerprint {found}, the trainer's data.blocks "
+                    f"have {self.corpus_fingerprint})"
+                )
+            return load_index_version(version, verify=self.verify, cfg=self.index_cfg)
+        except Exception as err:
+            logger.warning("skipping index version %s: %s", version.name, err)
+            return None
+
+    def load_step(self, step: int) -> PublishedIndex | None:
+        """The published version of retriever step ``step`` loaded now (not through the mailbox), or None when it is
+        not published (never built, or pruned) or fails its checks; a resumed run restarts from the version its
+        checkpoint searched this way, whichever version CURRENT names."""
+        version = index_dir(self.run_dir) / folder_name(INDEX_PREFIX, step)
+        manifest = read_manifest(version)
+        return self.load(version, manifest) if manifest is not None else None
+
     # ------------------------------------------------------------------------------------------ thread side
 
     def _poll_once(self) -> None:
@@ -107,17 +132,8 @@ class IndexWatcher:
         key = f"{version.name}@{manifest.get('created')}"  # note: a same-step rebuild gets a fresh chance
         if key in self._failed:
             return
-        try:
-            # note: the fingerprint is in the manifest, so a version over other blocks is refused before it is loaded
-            found = manifest.get("corpus_fingerprint")
-            if self.corpus_fingerprint is not None and found != self.corpus_fingerprint:
-                raise IndexVersionError(
-                    f"{version}: built over other blocks (corpus fingerprint {found}, the trainer's data.blocks "
-                    f"have {self.corpus_fingerprint})"
-                )
-            published = load_index_version(version, verify=self.verify, cfg=self.index_cfg)
-        except Exception as err:  # note: a bad version must never kill the thread; keep the last good index
-            logger.warning("skipping index version %s: %s", version.name, err)
+        published = self.load(version, manifest)
+        if published is None:
             self._failed.add(key)
             return
         self._loaded_step = published.step

@@ -190,7 +190,10 @@ class Trainer:
             self.accelerator.distributed_type,
             self.accelerator.mixed_precision,
         )
-        self.sync.wait_for_index(0, self.step, cfg.refresh.initial_index_timeout_s)
+        if cfg.refresh.swap_lag >= 0:
+            self.sync.start_at(self.due_version(), self.step, cfg.refresh.initial_index_timeout_s)
+        else:
+            self.sync.wait_for_index(0, self.step, cfg.refresh.initial_index_timeout_s)
 
         loader = pretrain_loader(
             self.sentences,
@@ -205,6 +208,8 @@ class Trainer:
             accum_steps=cfg.train.grad_accum_steps,
         )
         micro_batches = iterate(loader)
+        if cfg.train.eval_interval and self.step == 0:
+            self.evaluate()  # the curve's first point: the starting model on the first index
 
         def next_step_batches() -> list[RealmBatch]:
             return list(itertools.islice(micro_batches, cfg.train.grad_accum_steps))
@@ -217,7 +222,10 @@ class Trainer:
         while not self.loop.done:
             if self.builder is not None:
                 self.builder.check()
-            self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s)
+            if cfg.refresh.swap_lag >= 0:
+                self.sync.swap_due(self.step, self.due_version(), cfg.refresh.initial_index_timeout_s)
+            else:
+                self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s)
             current = upcoming or next_step_batches()
             # note: up to max_steps, not last_step: a run stopped early searches ahead like an uninterrupted one, and
             # its checkpoint keeps that choice (exact resume, trainer.candidate_prefetch)
@@ -240,6 +248,11 @@ class Trainer:
         bar.close()
         self.totals.wall_s = self._wall_now()
         return self.summary()
+
+    def due_version(self) -> int:
+        """Under ``refresh.swap_lag``: the index version live before the next step, the newest export at least
+        ``swap_lag`` steps old."""
+        return self.schedule.last_export(max(self.step - self.cfg.refresh.swap_lag, 0))
 
     def _wall_now(self) -> float:
         """Wall seconds of the whole run so far, earlier invocations of a resumed run included."""
@@ -332,7 +345,7 @@ class Trainer:
         log_retrieval_table(self.accelerator, rows, self.step, self.run_dir)
 
     def evaluate(self) -> dict:
-        """Held-out evaluation on the live index (main process; small by construction)."""
+        """Held-out evaluation on the live index (main process), a point of the learning curve."""
         if self.heldout is None or not self.accelerator.is_main_process:
             return {}
         result = evaluate_heldout(
@@ -343,7 +356,7 @@ class Trainer:
             self.cfg.retriever,
             index=self.index,
             batch_size=self.cfg.eval.batch_size,
-            max_examples=self.cfg.eval.max_examples,
+            max_examples=self.cfg.eval.interval_examples or self.cfg.eval.max_examples,
             gold_titles=self.heldout_titles,
         ).as_dict()
         self.metrics.log(result, self.step)

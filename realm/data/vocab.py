@@ -7,9 +7,11 @@ are what keep block texts, salient spans and gold answers consistent with the wo
 from __future__ import annotations
 
 import logging
+from collections import Counter
 from dataclasses import dataclass
+from itertools import repeat
 from pathlib import Path
-from typing import Iterable
+from typing import Iterable, Iterator
 
 from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers.models import WordPiece
@@ -21,6 +23,8 @@ logger = logging.getLogger(__name__)
 
 SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """BERT's special tokens, in the order that gives [PAD] id 0 (padding masks and embeddings assume it)."""
+CONTINUATION = "##"
+"""WordPiece's prefix of a piece that continues a word."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -68,22 +72,27 @@ def train_wordpiece(
     Returns:
         The trained tokenizer, a fast ``BertTokenizer``.
 
-    Not reproducible from run to run, and there is no seed to set: the ``tokenizers`` trainer breaks merge ties in
-    hash-map order (huggingface/tokenizers#1794), so save the vocabulary and reuse it where runs must compare.
+    Reproducible: the same texts give the same vocabulary, ids included, in every process. The ``tokenizers``
+    trainer alone does not (huggingface/tokenizers#1794): it numbers the ``##c`` continuation pieces in the order
+    of a randomly seeded hash map, and those ids break ties between merges of equal count, so the vocabulary kept
+    at ``vocab_size`` changed from run to run. Here the ``##c`` pieces are numbered first, in sorted order (passed
+    with the special tokens; the saved tokenizer treats them as ordinary entries), which fixes every later id.
     """
     if vocab_size <= len(SPECIAL_TOKENS):
         raise ValueError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {vocab_size}")
     model = Tokenizer(WordPiece(unk_token="[UNK]"))
     model.normalizer = normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, lowercase=lowercase)
     model.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    counts = word_counts(model, texts)
+    continuations = sorted({CONTINUATION + char for word in counts for char in word[1:]})
     trainer = trainers.WordPieceTrainer(
         vocab_size=vocab_size,
         min_frequency=min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        continuing_subword_prefix="##",
+        special_tokens=[*SPECIAL_TOKENS, *continuations],
+        continuing_subword_prefix=CONTINUATION,
         show_progress=False,
     )
-    model.train_from_iterator(texts, trainer=trainer)
+    model.train_from_iterator(_repeated_words(counts), trainer=trainer)
     vocab = model.get_vocab()
     for index, token in enumerate(SPECIAL_TOKENS):
         if vocab.get(token) != index:
@@ -97,6 +106,28 @@ def train_wordpiece(
     tokenizer.save_pretrained(str(out_dir))
     logger.info("trained a WordPiece vocabulary of %d entries (lowercase=%s) into %s", len(vocab), lowercase, out_dir)
     return tokenizer
+
+
+def word_counts(model: Tokenizer, texts: Iterable[str]) -> Counter[str]:
+    """How often each word occurs in ``texts`` once normalized and pre-tokenized by ``model`` (what the trainer
+    counts): one pass over ``texts``, memory in the number of distinct words."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        normalized = model.normalizer.normalize_str(text)
+        counts.update(word for word, _ in model.pre_tokenizer.pre_tokenize_str(normalized))
+    return counts
+
+
+def _repeated_words(counts: Counter[str], chunk: int = 4096) -> Iterator[str]:
+    """The words of ``counts``, each as often as it was counted, in sorted order, as space-joined texts of at most
+    ``chunk`` copies: normalizing and pre-tokenizing a normalized word gives it back, so the trainer counts the same
+    words as from the original texts."""
+    for word in sorted(counts):
+        remaining = counts[word]
+        while remaining:
+            take = min(remaining, chunk)
+            yield " ".join(repeat(word, take))
+            remaining -= take
 
 
 def check_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str = "tokenizer") -> None:

@@ -7,7 +7,7 @@ as correct only when every masked wordpiece is predicted exactly; ``token_accura
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import datasets
 import numpy as np
@@ -92,11 +92,14 @@ def evaluate_heldout(
     batch_size: int = 32,
     max_examples: int | None = None,
     gold_titles: Sequence[str] | None = None,
+    query_vectors: Callable[[RealmBatch], torch.Tensor] | None = None,
 ) -> HeldoutMetrics:
     """Evaluates ``model`` on held-out rows (prepared sentences with ``gold_span``).
 
     Without ``index`` the corpus is embedded with the model's current document embedder and searched exactly, so
-    the figures measure the model itself rather than a stale index.
+    the figures measure the model itself rather than a stale index. ``query_vectors`` searches ``index`` with other
+    vectors than the model's query embeddings (e.g. ``BM25Index``'s of each masked query): another retriever's
+    top-k, read by this model (which still weighs the candidates by its own p(z|x)).
     """
     was_training = model.training
     model.eval()
@@ -112,14 +115,8 @@ def evaluate_heldout(
     for batch in heldout_batches(rows, special, cfg.max_query_length, batch_size):
         bar.update(batch.size)
         batch = batch.to(device)
-        batch = retrieve(
-            model.embed_queries(batch),
-            batch,
-            index,
-            store,
-            special,
-            cfg,
-        ).to(device)
+        queries = query_vectors(batch) if query_vectors is not None else model.embed_queries(batch)
+        batch = retrieve(queries, batch, index, store, special, cfg).to(device)
         out = model(batch)
         mask = batch.target_mask.bool()
         span, tok = _correct(out.predictions, batch.target_ids, mask)

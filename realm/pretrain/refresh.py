@@ -37,6 +37,13 @@ class RefreshConfig:
     builder_precision: str = ""
     """Embedding precision of the child builder ("fp32", "bf16", "fp16"); empty: the builder config's. On GPUs
     bf16 roughly doubles the refresh rate (``index_builder.build.IndexBuilderConfig.precision``)."""
+    swap_lag: int = -1
+    """-1: swap in each index version as soon as every process has loaded it (the fastest; which step a version goes
+    live at then depends on how fast the builder runs, so two runs of one seed differ). ``k >= 0``: reproducible
+    swaps: the version built from the export of step ``s`` goes live exactly before step ``s + k``; the trainer
+    waits if it is late and holds it back if it is early, so the same seed searches the same index at every step.
+    Must be below every export interval (the builder always builds the newest export, and a version must not be
+    skipped); ``max_staleness`` is then unused."""
     initial_index_timeout_s: float = 600.0
     """How long to wait for the first index before giving up with an error."""
     builder_restarts: int = 2
@@ -64,7 +71,12 @@ class RefreshConfig:
                 f"builder_num_processes={self.builder_num_processes} needs as many builder_devices "
                 f"(each process takes one GPU), got {self.builder_devices!r}"
             )
-        RefreshSchedule.parse(self.refresh_schedule or f"0-:{self.refresh_interval}")
+        shortest = min(interval for _, _, interval in self.schedule().pieces)
+        if not -1 <= self.swap_lag < shortest:
+            raise ValueError(
+                f"swap_lag must be -1 (swap when loaded) or in [0, {shortest}) (below the shortest export interval, "
+                f"so that no export is skipped), got {self.swap_lag}"
+            )
 
     def schedule(self) -> "RefreshSchedule":
         return RefreshSchedule.parse(self.refresh_schedule or f"0-:{self.refresh_interval}")
@@ -101,6 +113,10 @@ class RefreshSchedule:
             if e0 is None or e0 > s1:
                 raise ValueError(f"refresh schedule {spec!r} has overlapping pieces")
         return cls(tuple(pieces))
+
+    def last_export(self, step: int) -> int:
+        """The newest export at or before ``step``: on schedule, or the initial one at step 0."""
+        return next((s for s in range(step, 0, -1) if self.is_due(s)), 0)
 
     def is_due(self, step: int) -> bool:
         """True when the weights after ``step`` optimizer steps should be exported."""

@@ -24,6 +24,7 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
         "--steps",
         "6",
         "--refresh.refresh_interval=2",
+        "--refresh.swap_lag=1",
         "--train.log_interval=2",
         "--train.save_interval=6",
         "--eval.max_examples=40",

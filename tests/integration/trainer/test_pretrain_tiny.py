@@ -131,3 +131,25 @@ def test_prefetched_candidates_resume_exactly(tiny_world, tmp_path):
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
     for step in a:
         assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), f"step {step}: {a[step]} vs {b[step]}"
+
+
+def test_reproducible_swaps_put_each_index_live_at_its_step_in_every_run(tiny_world, tmp_path):
+    """refresh.swap_lag=1: the export of step s goes live before step s + 2 (the swap before step s + 1 + 1), however
+    fast the builder is; max_staleness is large, so without the lag which step a version arrives at is timing. Two
+    runs and one stopped at step 3 and resumed (its step-2 version loaded from disk) train identically."""
+    common = ["--config", TINY, "--train.log_interval=1", "--train.save_interval=100", "--refresh.swap_lag=1",
+              "--refresh.max_staleness=100", *data_overrides(tiny_world)]  # fmt: skip
+    runs = [tmp_path / name for name in ("a", "b", "resumed")]
+    for run in runs[:2]:
+        run_module("trainer.pretrain", *common, f"--train.run_dir={run}")
+    run_module("trainer.pretrain", *common, f"--train.run_dir={runs[2]}", "--train.stop_at_step=3")
+    run_module("trainer.pretrain", *common, f"--train.run_dir={runs[2]}")
+    for run in runs:
+        versions = {r["step"]: r["index/version"] for r in read_metrics(run / "metrics.jsonl") if "index/version" in r}
+        assert versions == {1: 0, 2: 0, 3: 0, 4: 2, 5: 2, 6: 4}, run.name
+    a = _losses(runs[0])
+    for run in runs[1:]:
+        b = _losses(run)
+        assert sorted(b) == [1, 2, 3, 4, 5, 6]
+        for step in a:
+            assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), f"{run.name} step {step}"

@@ -66,3 +66,28 @@ def test_ict_steps_below_one_are_refused_before_any_work(tmp_path, capsys):
     assert exit_info.value.code == 2
     assert "--ict-steps must be at least 1" in capsys.readouterr().err
     assert not (tmp_path / "ev").exists()  # refused before the shared start wrote anything
+
+
+def test_majority_guesses_each_relations_most_common_answer_in_x(tmp_path):
+    def write(name, records):
+        (tmp_path / name).write_text("".join(json.dumps(r) + "\n" for r in records))
+        return tmp_path / name
+
+    x = [("born", "1900"), ("born", "1900"), ("born", "1950"), ("country", "Avel"), ("country", "Avel")]
+    heldout = [("born", "1900"), ("born", "1950"), ("country", "Avel"), ("founded", "1800")]
+    paths = {
+        "pretrain": write("x.jsonl", [{"relation": r, "answer": a} for r, a in x]),
+        "heldout": write("h.jsonl", [{"relation": r, "answer": a} for r, a in heldout]),
+    }
+    row = evidence.majority_row(paths)
+    assert row["span_accuracy"] == pytest.approx(2 / 4) and row["num_examples"] == 4  # no X answer for "founded"
+
+
+def test_the_ratios_name_each_denominator_and_skip_missing_or_zero_ones():
+    table = {"realm": {"span_accuracy": 0.6, "closed_book_span_accuracy": 0.0}, "closed_book": {"span_accuracy": 0.2},
+             "majority": {"span_accuracy": 0.015}}  # fmt: skip
+    assert evidence.ratios(table) == [
+        "realm / the closed_book row (trained without retrieval): 0.600 / 0.200 = 3.0x",
+        "realm / the majority guess per relation: 0.600 / 0.015 = 40.0x",
+    ]
+    assert evidence.ratios({"closed_book": {"span_accuracy": 0.2}}) == []

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+
 import pytest
 from tokenizers import Tokenizer
 from tokenizers.models import WordPiece
@@ -48,6 +52,31 @@ def test_uncased_vocab_lowercases_and_cased_keeps_case(trained, tmp_path):
     assert tokenizer.tokenize("ADA") == tokenizer.tokenize("ada")
     cased = train_wordpiece(TEXTS, 120, tmp_path, lowercase=False, min_frequency=1)
     assert cased.tokenize("Ada") != cased.tokenize("ada")
+
+
+def test_the_same_texts_give_the_same_vocabulary_ids_included(tmp_path):
+    """The tokenizers trainer alone numbers ``##c`` pieces in hash-map order, so ties between merges fell
+    differently from call to call (3 calls on this world gave 3 vocabularies before the fix); a subprocess has a
+    hash seed of its own."""
+    from realm.data.world import WorldConfig, generate_world
+
+    world = generate_world(WorldConfig(seed=3, num_entities=60))
+    texts = [record["text"] for record in world.corpus + world.pretrain]
+    first = train_wordpiece(texts, 400, tmp_path / "a").get_vocab()
+    assert len(first) == 400  # the vocabulary is cut at vocab_size, where ties decide what is kept
+    for name in "bcd":
+        assert train_wordpiece(iter(texts), 400, tmp_path / name).get_vocab() == first
+    script = (
+        "import json, sys; from realm.data.vocab import train_wordpiece;"
+        "texts = json.load(sys.stdin); print(json.dumps(train_wordpiece(texts, 400, sys.argv[1]).get_vocab()))"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "e")], input=json.dumps(texts),
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    assert json.loads(done.stdout.splitlines()[-1]) == first
+    saved = load_tokenizer(tmp_path / "a")  # the ##c pieces went in as special tokens; saved, they are ordinary
+    assert sorted(saved.all_special_tokens) == sorted(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"])
+    pieces = saved.tokenize("zqxzqx")  # a word no merge covers splits into continuation pieces as before
+    assert pieces[0][0] == "z" and all(piece.startswith("##") for piece in pieces[1:]) and len(pieces) > 1
 
 
 def test_load_tokenizer_reads_a_saved_folder_and_checks_specials(trained):

@@ -28,6 +28,23 @@ def test_refresh_config_builds_its_schedule():
     assert RefreshConfig(refresh_schedule="0-:3").schedule().is_due(3)
 
 
+def test_last_export_is_the_newest_export_at_or_before_a_step():
+    schedule = RefreshSchedule.parse("0-1000:100,1000-:1000")
+    brute = lambda step: max([0] + [s for s in range(1, step + 1) if schedule.is_due(s)])  # noqa: E731
+    assert [schedule.last_export(s) for s in range(0, 3100, 7)] == [brute(s) for s in range(0, 3100, 7)]
+
+
+@pytest.mark.parametrize("lag, ok", [(-1, True), (0, True), (99, True), (100, False), (-2, False)])
+def test_swap_lag_stays_below_the_shortest_export_interval(lag, ok):
+    if ok:
+        RefreshConfig(refresh_interval=100, swap_lag=lag)
+    else:
+        with pytest.raises(ValueError, match="swap_lag"):
+            RefreshConfig(refresh_interval=100, swap_lag=lag)
+    with pytest.raises(ValueError, match=r"in \[0, 50\)"):
+        RefreshConfig(refresh_schedule="0-500:50,500-:200", swap_lag=60)
+
+
 def test_resume_picks_latest_complete_checkpoint(tmp_path):
     parent = tmp_path / "checkpoints"
     for step in (3, 6):

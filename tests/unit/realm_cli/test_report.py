@@ -125,6 +125,7 @@ def test_report_plots_embed_exactly_the_logged_series(run: Path):
     page = parse(run / "report.html")
     expected = {k: list(zip(STEPS, v)) for k, v in TRAIN.items()}
     expected["eval/gold_recall_at_k"] = list(RECALL.items())
+    expected["eval/span_accuracy"] = [(step, 0.1) for step in RECALL]  # the held-out learning curve
     assert set(expected) <= set(page.plots)
     for metric, pairs in expected.items():
         plot = page.plots[metric]

@@ -80,3 +80,39 @@ def test_no_index_within_the_timeout_is_an_error(tmp_path):
     sync, _ = _sync(tmp_path)
     with pytest.raises(TimeoutError, match="no index of step >= 0 appeared"):
         sync.wait_for_index(0, step=0, timeout_s=0.5)
+
+
+def test_reproducible_swaps_go_live_at_their_step_whatever_the_builder_speed(tmp_path):
+    """refresh.swap_lag: a version loaded early waits for its step; one that is late is waited for at its step."""
+    sync, watcher = _sync(tmp_path)
+    watcher.publish(0)
+    sync.start_at(0, step=0, timeout_s=5)
+    watcher.publish(10)  # a fast builder: v10 is loaded at step 11, due at step 14 (lag 4)
+    for step in range(11, 14):
+        sync.swap_due(step, due=0, timeout_s=5)
+        assert sync.index.step == 0
+    sync.swap_due(14, due=10, timeout_s=5)
+    assert sync.index.step == 10 and sync.totals.refresh_wait_s < 0.2
+    threading.Timer(0.3, watcher.publish, args=(20,)).start()  # a slow builder: v20 arrives after its step
+    sync.swap_due(24, due=20, timeout_s=5)
+    assert sync.index.step == 20 and sync.totals.refresh_wait_s > 0.25
+
+
+def test_a_resumed_run_restarts_from_the_version_its_step_searched(tmp_path):
+    sync, watcher = _sync(tmp_path)
+    watcher.load_step = {10: SimpleNamespace(step=10)}.get  # v10 on disk, while CURRENT already names v20
+    watcher.publish(20)
+    sync.start_at(10, step=22, timeout_s=5)
+    assert sync.index.step == 10
+    sync.swap_due(23, due=10, timeout_s=5)
+    assert sync.index.step == 10 and sync.pending.step == 20  # loaded, held back until its step
+    sync.swap_due(24, due=20, timeout_s=5)
+    assert sync.index.step == 20
+
+
+def test_a_pruned_version_on_resume_falls_back_to_waiting_with_a_warning(tmp_path, caplog):
+    sync, watcher = _sync(tmp_path)
+    watcher.load_step = lambda step: None
+    watcher.publish(20)
+    sync.start_at(10, step=22, timeout_s=5)
+    assert sync.index.step == 20 and "cannot be loaded" in caplog.text

@@ -42,14 +42,22 @@ def test_a_model_without_a_width_is_a_clear_error():
 def test_tf32_is_enabled_for_cuda_processes_only(monkeypatch):
     from realm.training import accelerator
 
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert accelerator.enable_tf32() is False and torch.backends.cuda.matmul.allow_tf32 is False
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
-    assert accelerator.enable_tf32() is False  # a CPU process of a GPU machine
-    monkeypatch.delenv("ACCELERATE_USE_CPU")
-    assert accelerator.enable_tf32() is True and torch.backends.cuda.matmul.allow_tf32 is True
+    # The flags are properties of torch's backend modules, set and restored through their setters: monkeypatch's
+    # setattr deletes the attribute on undo since pytest 9.2, which these modules refuse.
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+        assert accelerator.enable_tf32() is False and torch.backends.cuda.matmul.allow_tf32 is False
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+        monkeypatch.setenv("ACCELERATE_USE_CPU", "true")
+        assert accelerator.enable_tf32() is False and torch.backends.cuda.matmul.allow_tf32 is False  # CPU process
+        monkeypatch.delenv("ACCELERATE_USE_CPU")
+        assert accelerator.enable_tf32() is True
+        assert torch.backends.cuda.matmul.allow_tf32 is True and torch.backends.cudnn.allow_tf32 is True
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
 
 
 def _trained(implementation: str, steps: int = 5) -> dict[str, torch.Tensor]:
