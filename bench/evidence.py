@@ -56,12 +56,11 @@ from realm.data.sentences import split_sentences  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
-from realm.index.bm25 import BM25Index  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.evaluation import embed_corpus, evaluate_heldout, gold_titles  # noqa: E402
+from realm.pretrain.evaluation import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles  # noqa: E402
 from realm_cli.demo import make_world_data  # noqa: E402
 from realm_cli.demo import parse_args as demo_args  # noqa: E402
 from realm_cli.demo import encoder_shape, warm_start  # noqa: E402
@@ -189,13 +188,10 @@ def bm25_row(trainer: Trainer) -> dict:
     held-out sentence) instead of its own retriever's: how much of the row's figure a lexical retriever gives."""
     t0 = time.perf_counter()
     cfg, store, special = trainer.cfg, trainer.store, trainer.special
-    titles, bodies = store.tokens(range(len(store)))
-    ignore = {special.cls, special.sep, special.pad, special.mask, trainer.tokenizer.unk_token_id}
-    bm25 = BM25Index([t + b for t, b in zip(titles, bodies)], len(trainer.tokenizer), ignore=ignore)
+    bm25, queries = bm25_retrieval(store, special, len(trainer.tokenizer), trainer.tokenizer.unk_token_id)
     metrics = evaluate_heldout(
-        trainer.unwrapped, trainer.heldout, store, special, cfg.retriever, index=bm25,
-        query_vectors=lambda batch: bm25.query_vectors(batch.query_tokens()), batch_size=cfg.eval.batch_size,
-        max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
+        trainer.unwrapped, trainer.heldout, store, special, cfg.retriever, index=bm25, query_vectors=queries,
+        batch_size=cfg.eval.batch_size, max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
     )  # fmt: skip
     return _figures(metrics) | {"wall_s": time.perf_counter() - t0}
 

@@ -21,7 +21,7 @@ from realm.data.packing import pack_single, pad
 from realm.data.sentences import load_jsonl_dataset, prepare_sentences
 from realm.index import versions
 from realm.index.mips import BruteForceIndex, DocumentIndex
-from realm.pretrain.evaluation import embed_corpus, evaluate_heldout, gold_titles
+from realm.pretrain.evaluation import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles
 from realm.pretrain.saved_run import LoadedRun, load_run
 from realm.run import layout, publication
 
@@ -42,6 +42,11 @@ def main_evaluate_mlm(argv: list[str]) -> int:
         help="held-out jsonl with answer_start/answer_end " "(default: data.heldout of the run)",
     )
     parser.add_argument("--max-examples", type=int, default=None, help="default: eval.max_examples of the run")
+    parser.add_argument(
+        "--retriever", choices=("own", "bm25"), default="own",
+        help="own: the checkpoint's document tower, exact search (default); bm25: BM25 over the blocks' wordpieces, "
+        "queried with the masked sentence, read by the same model (the lexical baseline)",
+    )  # fmt: skip
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the metrics to this json file")
     return _evaluate_mlm(parser.parse_args(argv))
 
@@ -62,18 +67,27 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
             f"{heldout}: no sentence has a gold answer span (answer_start/answer_end) within "
             f"{cfg.retriever.max_query_length - 2} wordpieces"
         )
+    index, queries = None, None
+    if args.retriever == "bm25":
+        index, queries = bm25_retrieval(
+            loaded.store, loaded.special, len(loaded.tokenizer), loaded.tokenizer.unk_token_id
+        )
     metrics = evaluate_heldout(
         loaded.model,
         rows,
         loaded.store,
         loaded.special,
         cfg.retriever,
-        index=None,
+        index=index,
         batch_size=cfg.eval.batch_size,
         max_examples=args.max_examples or cfg.eval.max_examples,
         gold_titles=gold_titles(heldout),
+        query_vectors=queries,
     )
-    print(f"run {loaded.run_dir}  checkpoint {loaded.checkpoint.name} (step {loaded.step})  held-out {heldout}")
+    print(
+        f"run {loaded.run_dir}  checkpoint {loaded.checkpoint.name} (step {loaded.step})  held-out {heldout}  "
+        f"retriever {args.retriever}"
+    )
     rows_out = [
         ("examples", metrics.num_examples),
         ("span accuracy, with retrieval", metrics.span_accuracy),
@@ -90,6 +104,7 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
             "checkpoint": str(loaded.checkpoint),
             "step": loaded.step,
             "heldout": heldout,
+            "retriever": args.retriever,
             **metrics.as_dict(prefix=""),
         }
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")

@@ -18,6 +18,7 @@ from realm.core.logging import progress
 from realm.data.blocks import BlockStore, uid_hash
 from realm.data.jsonl import iter_field
 from realm.data.packing import SpecialIds
+from realm.index.bm25 import BM25Index
 from realm.index.embedding import embed_blocks
 from realm.index.mips import BruteForceIndex, DocumentIndex
 from realm.models.retriever import Embedder, RetrieverConfig
@@ -142,6 +143,18 @@ def evaluate_heldout(
         gold_recall_at_k=hitk / max(num, 1) if gold is not None else None,
         k=cfg.num_retrieved,
     )
+
+
+def bm25_retrieval(
+    store: BlockStore, special: SpecialIds, vocab_size: int, unk_id: int | None
+) -> tuple[BM25Index, Callable[[RealmBatch], torch.Tensor]]:
+    """BM25 over every block's title and body wordpieces, and the BM25 vectors of a batch's masked queries: the
+    ``index`` and ``query_vectors`` with which ``evaluate_heldout`` measures a model reading BM25's top-k (the
+    lexical baseline of its own retriever). Special tokens are not terms; [MASK] hides the answer from BM25 too."""
+    titles, bodies = store.tokens(range(len(store)))
+    ignore = {special.cls, special.sep, special.pad, special.mask} | ({unk_id} if unk_id is not None else set())
+    bm25 = BM25Index([title + body for title, body in zip(titles, bodies)], vocab_size, ignore=ignore)
+    return bm25, lambda batch: bm25.query_vectors(batch.query_tokens())
 
 
 def gold_titles(path: str, field: str = "entity") -> list[str] | None:

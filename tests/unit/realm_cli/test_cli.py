@@ -307,6 +307,19 @@ def test_evaluate_mlm_loads_the_newest_checkpoint_and_writes_json(tiny_run, tmp_
     assert 0.0 <= metrics["span_accuracy"] <= 1.0 and metrics["gold_recall_at_k"] is not None
 
 
+def test_evaluate_mlm_reads_bm25s_blocks_with_the_runs_model(tiny_run, tmp_path, capsys):
+    """The lexical baseline: on the generated world the masked sentence still names its entity, so BM25 finds the
+    gold article (the run's tiny retriever, 6 steps old, does not); the model then reads those blocks."""
+    outs = {name: tmp_path / f"{name}.json" for name in ("own", "bm25")}
+    for name, out in outs.items():
+        argv = ["evaluate-mlm", str(tiny_run), "--max-examples", "16", "--retriever", name, "--json", str(out)]
+        assert main(argv) == 0
+    assert "retriever bm25" in capsys.readouterr().out
+    own, bm25 = (json.loads(out.read_text()) for out in outs.values())
+    assert bm25["retriever"] == "bm25" and bm25["num_examples"] == own["num_examples"] == 8  # all of them
+    assert bm25["gold_recall_at_k"] == 1.0 and bm25["gold_recall_at_1"] > own["gold_recall_at_1"]
+
+
 def test_inspect_prints_the_same_ranking_from_the_live_and_an_exact_index(tiny_run, capsys):
     from realm.pretrain.saved_run import load_run
     from realm_cli.inspect import _open_index, embed_query
