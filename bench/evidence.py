@@ -14,6 +14,10 @@ pre-training corpus X, stated only in their article in the knowledge corpus Z) a
 | ``random_span``, ``random_token`` | the masking (``data.masking``) | Table 2, masking ablation |
 | ``hot_swap`` | the ``realm`` row's model, no retraining, over a corpus whose held-out facts were drawn anew | |
 |  | (same names); only the index is rebuilt | REALM's modularity claim |
+| ``hot_swap_training`` | the same with the *training* entities' facts drawn anew, asked with X's sentences: facts | |
+|  | the model trained on, so the corpus must override what it may have memorised | |
+| ``bm25_reader`` | the ``realm`` row's model reading BM25's top-k instead of its own retriever's | a BM25 baseline |
+| ``majority`` | no model: each relation's most frequent answer in X | a prior-only baseline |
 
 A ``start`` line gives the same figures for the shared starting model (warmed-up reader, ICT retriever, ICT index)
 before any pre-training step. ``--ict-steps`` shortens ICT: on the demo world 40 steps already give gold recall@4
@@ -69,8 +73,8 @@ from trainer.loop import Trainer  # noqa: E402
 OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
 TRAIN_RECALL = "train/answer_recall"
 ROWS = ("majority", "realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token",
-        "bm25_reader", "hot_swap")
-USES_REALM = ("bm25_reader", "hot_swap")
+        "bm25_reader", "hot_swap", "hot_swap_training")
+USES_REALM = ("bm25_reader", "hot_swap", "hot_swap_training")
 """Rows that reuse the realm row's trained model instead of training their own."""
 NEVER = 10**9
 ROW_CONFIG = REPO / "configs/pretrain/demo.yaml"  # every row's pre-training config, before its overrides
@@ -196,26 +200,45 @@ def bm25_row(trainer: Trainer) -> dict:
     return _figures(metrics) | {"wall_s": time.perf_counter() - t0}
 
 
-def hot_swap_row(out: Path, seed: int, entities: int, trainer: Trainer) -> dict:
-    """The trained ``realm`` model over a corpus with new held-out facts: only the blocks and index are rebuilt."""
+def hot_swap_row(out: Path, seed: int, entities: int, trainer: Trainer, redraw: str = "heldout") -> dict:
+    """The trained ``realm`` model over a corpus whose facts of ``redraw`` entities were drawn anew (same names and
+    wordings); only the blocks are rebuilt (embedded by the trained document tower). ``heldout``: the held-out
+    sentences are asked. ``training``: the first ``eval.max_examples`` pre-training sentences are asked, facts the
+    model trained on and may have memorised; ``old_corpus_accuracy`` is how well it gives them over the old corpus.
+    ``old_fact_share``: how often it still gives the old fact over the new corpus (memory, not the corpus)."""
     t0 = time.perf_counter()
-    paths = write_world(generate_world(WorldConfig(seed=seed, num_entities=entities, heldout_fact_seed=1)), out)
+    world = WorldConfig(seed=seed, num_entities=entities, heldout_fact_seed=1, redraw_facts_of=redraw)
+    paths = write_world(generate_world(world), out)
     cfg = trainer.cfg
     corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=cfg.retriever.max_block_length)
     store = BlockStore(load_blocks(build_blocks_from_config(corpus, trainer.tokenizer, out / "blocks")))
     cache = out / "data"
 
-    def evaluate(heldout: Path):
-        rows = prepared_sentences(str(heldout), trainer.tokenizer, None, cfg.retriever.max_query_length, cache)
-        # note: no index argument: the new blocks are embedded with the trained document embedder (a rebuild)
+    def evaluate(sentences: Path, blocks: BlockStore = store):
+        rows = prepared_sentences(str(sentences), trainer.tokenizer, None, cfg.retriever.max_query_length, cache)
+        # note: no index argument: the blocks are embedded with the trained document embedder (a rebuild)
         return evaluate_heldout(
-            trainer.unwrapped, rows, store, trainer.special, cfg.retriever, batch_size=cfg.eval.batch_size,
-            max_examples=cfg.eval.max_examples, gold_titles=gold_titles(str(heldout)),
+            trainer.unwrapped, rows, blocks, trainer.special, cfg.retriever, batch_size=cfg.eval.batch_size,
+            max_examples=cfg.eval.max_examples, gold_titles=gold_titles(str(sentences)),
         )  # fmt: skip
 
-    new = evaluate(paths["heldout"])
-    old = evaluate(Path(cfg.data.heldout))  # the old facts asked over the new corpus: what memory still gives
-    return _figures(new) | {"old_fact_share": old.span_accuracy, "wall_s": time.perf_counter() - t0}
+    if redraw == "heldout":
+        new_asked, old_asked, extra = paths["heldout"], Path(cfg.data.heldout), {}
+    else:
+        new_asked = first_lines(paths["pretrain"], cfg.eval.max_examples, out / "asked_new.jsonl")
+        old_asked = first_lines(Path(cfg.data.sentences), cfg.eval.max_examples, out / "asked_old.jsonl")
+        extra = {"old_corpus_accuracy": evaluate(old_asked, trainer.store).span_accuracy}
+    new = evaluate(new_asked)
+    old = evaluate(old_asked)  # the old facts asked over the new corpus: what memory still gives
+    return _figures(new) | extra | {"old_fact_share": old.span_accuracy, "wall_s": time.perf_counter() - t0}
+
+
+def first_lines(path: Path, count: int, out: Path) -> Path:
+    """The first ``count`` records of a jsonl file, written to ``out`` (the pre-training sentences asked by the
+    training hot swap: the same ids, in the same order, in the old and the new world)."""
+    with path.open() as lines:
+        out.write_text("".join(line for _, line in zip(range(count), lines)))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -279,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     ict = ict_embeddings(paths, common)
     realm_trainer = None
     for name in rows:
-        if name == "hot_swap":
-            table[name] = hot_swap_row(out / "hot_swap", args.seed, args.entities, realm_trainer)
+        if name in ("hot_swap", "hot_swap_training"):
+            redraw = "heldout" if name == "hot_swap" else "training"
+            table[name] = hot_swap_row(out / name, args.seed, args.entities, realm_trainer, redraw)
         elif name == "bm25_reader":
             table[name] = bm25_row(realm_trainer)
         elif name == "majority":
@@ -341,6 +365,11 @@ def format_table(table: dict) -> str:
         )
     lines.append(f"(shared start: world, reader warm-up and ICT in {table['prepare']['wall_s']:.0f} s)")
     lines += ratios(table)
+    if swap := table.get("hot_swap_training"):
+        lines.append(
+            f"hot_swap_training: X's facts given over the old corpus {swap['old_corpus_accuracy']:.3f}; over the new "
+            f"one, the new fact {swap['span_accuracy']:.3f}, the old (memorised) fact {swap['old_fact_share']:.3f}"
+        )
     return "\n".join(lines)
 
 

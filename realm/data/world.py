@@ -81,6 +81,10 @@ class WorldConfig:
     """When >= 0, every fact of the held-out entities is drawn anew from this seed, and differs from the one ``seed``
     alone gives; names, the other entities and every wording stay the same. Knowledge hot-swap: the same world with
     new facts about the held-out entities, to test that a trained REALM follows its corpus rather than its memory."""
+    redraw_facts_of: str = "heldout"
+    """Whose facts ``heldout_fact_seed`` redraws: ``heldout`` entities (never in X, so a model cannot have memorised
+    them) or ``training`` entities (X restates them, so a model may have: the harder hot-swap test, where the corpus
+    must override memory). X, the held-out sentences and the questions state the entities' new facts."""
 
     def __post_init__(self) -> None:
         if self.num_entities < 8:
@@ -94,6 +98,8 @@ class WorldConfig:
             raise ValueError(f"num_countries must be >= 1, got {self.num_countries}")
         if self.heldout_fact_seed < -1:
             raise ValueError(f"heldout_fact_seed must be >= 0 (or -1: off), got {self.heldout_fact_seed}")
+        if self.redraw_facts_of not in ("heldout", "training"):
+            raise ValueError(f"redraw_facts_of must be 'heldout' or 'training', got {self.redraw_facts_of!r}")
 
 
 @dataclass(slots=True)
@@ -191,9 +197,10 @@ def _make_entities(cfg: WorldConfig, rng: random.Random) -> list[_Entity]:
     return entities
 
 
-def _redraw_heldout_facts(entities: list[_Entity], rng: random.Random) -> dict[int, dict[str, str]]:
-    """New facts for every held-out entity (by index), each value different from the old one and of the same type
-    (a date, a year, a city, a country, an organisation, a person), drawn from ``rng`` alone."""
+def _redraw_facts(entities: list[_Entity], rng: random.Random, heldout: bool) -> dict[int, dict[str, str]]:
+    """New facts for every held-out (or, with ``heldout`` False, every training) entity, by index, each value
+    different from the old one and of the same type (a date, a year, a city, a country, an organisation, a person),
+    drawn from ``rng`` alone; the pools of values are the old world's."""
     pools = {
         "country": sorted({e.facts["country"] for e in entities if e.kind == CITY}),
         "birthplace": [e.name for e in entities if e.kind == CITY],
@@ -204,7 +211,7 @@ def _redraw_heldout_facts(entities: list[_Entity], rng: random.Random) -> dict[i
     return {
         e.index: {relation: _new_value(e, relation, old, pools, rng) for relation, old in e.facts.items()}
         for e in entities
-        if e.heldout
+        if e.heldout == heldout
     }
 
 
@@ -265,11 +272,8 @@ def generate_world(cfg: WorldConfig) -> World:
     """
     rng = random.Random(cfg.seed)
     entities = _make_entities(cfg, rng)
-    redrawn = (
-        _redraw_heldout_facts(entities, random.Random(f"heldout-facts/{cfg.heldout_fact_seed}"))
-        if cfg.heldout_fact_seed >= 0
-        else {}
-    )
+    redraw_rng = random.Random(f"heldout-facts/{cfg.heldout_fact_seed}")
+    redrawn = _redraw_facts(entities, redraw_rng, cfg.redraw_facts_of == "heldout") if cfg.heldout_fact_seed >= 0 else {}
     world = World(config=cfg)
     for e in entities:
         doc_id = f"z-{e.index:06d}"

@@ -19,10 +19,16 @@ from tests.helpers import run_module
 pytestmark = pytest.mark.slow
 
 COMMAND = [
-    "--entities", "300", "--warmup-steps", "1000", "--ict-steps", "100", "--steps", "300",
-    "--refresh.refresh_interval=50", "--refresh.swap_lag=20", "--train.eval_interval=50",
-    "--eval.interval_examples=100", "--qa-steps", "60", "--qa-dev", "0",
+    "--entities", "300", "--warmup-steps", "800", "--ict-steps", "100", "--steps", "200",
+    "--refresh.refresh_interval=50", "--refresh.swap_lag=20", "--optim.retriever_warmup_steps=100",
+    "--train.eval_interval=50", "--eval.interval_examples=100", "--qa-steps", "40", "--qa-dev", "0",
 ]  # fmt: skip
+"""The demo recipe at a third of its pre-training (the retriever's own warm-up scaled with it) on a 300-entity world
+(165 held-out sentences and questions). Measured with it (2 cores): held-out 0.224 -> 0.545 (closed book 0.006),
+gold recall@4 0.806 -> 0.952, QA exact match 0.055 -> 0.618; about 2.5 minutes alone."""
+MIN_HELD_OUT, MIN_GAIN, MIN_RECALL, MIN_QA = 0.40, 0.15, 0.85, 0.40
+"""Each well below the measured figure, each far above what a run that does not learn gives (the start's 0.22 held
+out, 0.81 recall; QA's 0.06 before fine-tuning)."""
 
 
 def read_jsonl(path):
@@ -38,9 +44,9 @@ def test_the_demo_recipe_learns_at_ci_size(tmp_path):
     held_out, closed_book = summary["heldout_accuracy_retrieval"], summary["heldout_accuracy_closed_book"]
     assert held_out >= MIN_HELD_OUT and held_out >= 10 * max(closed_book, 0.01), summary
     assert held_out >= start["eval_exact/span_accuracy"] + MIN_GAIN, (start, summary)
-    assert summary["gold_recall_at_k_end"] >= MIN_RECALL, summary
+    assert summary["gold_recall_at_k_end"] >= max(MIN_RECALL, summary["gold_recall_at_k_start"]), summary
     curve = [r["step"] for r in records if "eval/span_accuracy" in r]
-    assert curve == list(range(0, 301, 50))  # the learning curve: every eval_interval steps from step 0
+    assert curve == list(range(0, 201, 50))  # the learning curve: every eval_interval steps from step 0
     # QA on questions about held-out entities, none of which it fine-tuned on
     entities = [{r["entity_id"] for r in read_jsonl(run / "world" / f"questions_{split}.jsonl")}
                 for split in ("train", "heldout")]  # fmt: skip

@@ -247,6 +247,25 @@ def test_heldout_fact_seed_redraws_only_the_heldout_facts(small_world: World) ->
         assert old["id"] == new["id"] and new["answer"] == swapped_fact(swapped, new)
 
 
+def test_redrawing_training_facts_changes_what_x_restates_and_nothing_else(small_world: World) -> None:
+    swapped = generate_world(WorldConfig(seed=7, num_entities=300, heldout_fact_seed=1, redraw_facts_of="training"))
+    assert swapped.heldout == small_world.heldout  # the held-out entities keep their facts
+    assert [r["id"] for r in swapped.pretrain] == [r["id"] for r in small_world.pretrain]  # same sentences, same order
+    for old, new, old_doc, new_doc in zip(small_world.entities, swapped.entities, small_world.corpus, swapped.corpus):
+        if old["heldout"]:
+            assert new["facts"] == old["facts"] and new_doc == old_doc
+        else:
+            assert all(new["facts"][r] != value for r, value in old["facts"].items()), old["name"]
+            assert all(_contains(new_doc["text"], value) for value in new["facts"].values())
+    changed = [(old, new) for old, new in zip(small_world.pretrain, swapped.pretrain) if old["answer"] != new["answer"]]
+    assert len(changed) == len(small_world.pretrain)  # every X sentence now states the new fact ...
+    assert all(new["answer"] == swapped_fact(swapped, new) for _, new in changed)
+    for old, new in changed[:50]:  # ... in the same wording
+        assert old["text"][: old["answer_start"]] == new["text"][: new["answer_start"]]
+    with pytest.raises(ValueError, match="redraw_facts_of"):
+        WorldConfig(redraw_facts_of="everyone")
+
+
 def swapped_fact(world: World, record: dict) -> str:
     """The fact an X record states, looked up in the world's entities."""
     entity = next(e for e in world.entities if e["id"] == record["entity_id"])
