@@ -1,6 +1,7 @@
 """Data-preparation commands of the ``realm`` CLI: ``world``, ``vocab`` and ``blocks``.
 
     realm world  --out DIR [--seed N] [--entities N] [--heldout-fraction F] [--heldout-fact-seed N]
+                 [--redraw-facts-of heldout|training]
     realm vocab  --input FILE.jsonl [--input ...] [--field text] --out DIR [--vocab-size N] [--cased]
     realm blocks --out DIR --tokenizer TOK (--config corpus.yaml | --input PATH [--format ...] ...)
 
@@ -40,6 +41,12 @@ def main_world(argv: list[str]) -> int:
         default=-1,
         help="draw the held-out entities' facts anew from this seed (same names and wording; knowledge hot-swap)",
     )
+    parser.add_argument(
+        "--redraw-facts-of",
+        choices=("heldout", "training"),
+        default="heldout",
+        help="whose facts --heldout-fact-seed redraws: held-out entities (default) or training ones, which X restates",
+    )
     args = parser.parse_args(argv)
     cfg = from_dict(
         WorldConfig,
@@ -48,6 +55,7 @@ def main_world(argv: list[str]) -> int:
             "num_entities": args.entities,
             "heldout_fraction": args.heldout_fraction,
             "heldout_fact_seed": args.heldout_fact_seed,
+            "redraw_facts_of": args.redraw_facts_of,
         },
         where="realm world",
     )
