@@ -182,7 +182,8 @@ def majority_row(paths: dict[str, Path]) -> dict:
     for _, record in iter_jsonl(paths["pretrain"]):
         counts.setdefault(record["relation"], Counter())[record["answer"]] += 1
     guess = {relation: c.most_common(1)[0][0] for relation, c in counts.items()}
-    heldout = [record for _, record in iter_jsonl(paths["heldout"])][: load_config(PretrainConfig, ROW_CONFIG).eval.max_examples]
+    limit = load_config(PretrainConfig, ROW_CONFIG).eval.max_examples  # the other rows' held-out sentences
+    heldout = [record for _, record in iter_jsonl(paths["heldout"])][:limit]
     right = sum(guess.get(r["relation"]) == r["answer"] for r in heldout)
     return {"span_accuracy": right / len(heldout), "num_examples": len(heldout), "wall_s": time.perf_counter() - t0}
 

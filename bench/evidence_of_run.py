@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     init_logging()
     run = Path(args.run)
+    if not (run / "world" / "world.json").is_file():
+        parser.error(f"{run}: no world/world.json; give the output folder of a realm demo run")
     world = json.loads((run / "world" / "world.json").read_text())["config"]
     loaded = load_run(run)
     cfg = loaded.cfg

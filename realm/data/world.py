@@ -273,7 +273,9 @@ def generate_world(cfg: WorldConfig) -> World:
     rng = random.Random(cfg.seed)
     entities = _make_entities(cfg, rng)
     redraw_rng = random.Random(f"heldout-facts/{cfg.heldout_fact_seed}")
-    redrawn = _redraw_facts(entities, redraw_rng, cfg.redraw_facts_of == "heldout") if cfg.heldout_fact_seed >= 0 else {}
+    redrawn = {}
+    if cfg.heldout_fact_seed >= 0:
+        redrawn = _redraw_facts(entities, redraw_rng, heldout=cfg.redraw_facts_of == "heldout")
     world = World(config=cfg)
     for e in entities:
         doc_id = f"z-{e.index:06d}"
