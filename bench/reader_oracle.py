@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from realm.core.config import load_config
-from realm.data.blocks import BlockStore, load_blocks
+from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.jsonl import iter_field
 from realm.data.packing import SpecialIds
 from realm.data.sentences import load_jsonl_dataset, prepare_sentences
@@ -47,6 +47,7 @@ def main() -> None:
     torch.manual_seed(args.seed)
     cfg = load_config(PretrainConfig, f"{args.run}/config.yaml", overrides)  # e.g. --model.num_layers=4
     tokenizer = load_tokenizer(cfg.data.tokenizer)
+    check_blocks_tokenizer(cfg.data.blocks, tokenizer)
     special = SpecialIds.of(tokenizer)
     blocks = load_blocks(cfg.data.blocks)
     store = BlockStore(blocks)

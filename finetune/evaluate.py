@@ -23,6 +23,7 @@ from realm.core.errors import ArgumentError, run_command
 from realm.core.logging import init_logging, set_num_threads
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers, log_wandb_table
+from realm.data.blocks import check_blocks_tokenizer
 from realm.data.vocab import load_tokenizer
 from realm.index import versions
 from realm.models.reader import ReaderConfig
@@ -67,6 +68,7 @@ def load_qa_run(out_dir: str | Path):
     if not index_path.is_dir():  # note: the folder was moved; its own index is where it was, relatively
         index_path = out / "index" / index_path.name
     index = versions.load_index_version(index_path)
+    check_blocks_tokenizer(index.manifest["blocks"], tokenizer)
     publication.verify_published(out / MODEL_DIR)
     model = OpenQAModel.from_pretrained(out / MODEL_DIR)
     return model, qa_context(index, tokenizer, reader), manifest

@@ -30,7 +30,7 @@ from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, progress
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers
-from realm.data.blocks import BlocksInput
+from realm.data.blocks import BlocksInput, check_blocks_tokenizer
 from realm.data.vocab import load_tokenizer
 from realm.index.mips import IndexConfig
 from realm.models.bert import ModelConfig
@@ -104,6 +104,8 @@ class Finetuner:
         dev_examples = cfg.task.load(cfg.task.dev, cfg.task.max_dev_questions) if cfg.task.dev else None
         start = starting_point(cfg.init, cfg.data, cfg.model, cfg.retriever, cfg.reader)
         self.tokenizer = load_tokenizer(start.tokenizer_path)
+        # note: before the frozen index embeds every block, work that a mismatch would waste
+        check_blocks_tokenizer(start.blocks_path, self.tokenizer)
         is_main = self.accelerator.is_main_process
         if is_main:
             self.tokenizer.save_pretrained(self.out / TOKENIZER_DIR)

@@ -205,6 +205,10 @@ def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
             stack.enter_context(publication.exclusive_lock(index_dir / LOCK_FILE, timeout_s=cfg.lock_timeout_s))
             for stale in publication.clean_staging(index_dir):
                 logger.info("removed stale staging folder %s", stale)
+            # note: the builder also removes old exports; a kill mid-removal leaves trash there (the exports' staging
+            # folders are the trainer's, written while the builder runs, so only the trash is the builder's to clean)
+            for stale in publication.clean_trash(layout.retriever_dir(cfg.run_dir)):
+                logger.info("removed %s, left by a removal a kill interrupted", stale)
             # note: finished shards of the newest export, not indexed yet, are what a crashed N-process build leaves
             # to reuse; any other shards can never be used again
             latest = layout.latest_retriever_export(cfg.run_dir)
@@ -239,7 +243,8 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
         raise ConfigError("run_dir is not set (pass --run_dir RUN)")
     if not Path(cfg.run_dir).is_dir():
         # note: the trainer creates its run directory; a builder pointed anywhere else would wait forever
-        raise MissingFileError(f"run_dir {cfg.run_dir} does not exist (start the trainer first, or fix the path)")
+        found = "is not a directory" if Path(cfg.run_dir).exists() else "does not exist"
+        raise MissingFileError(f"run_dir {cfg.run_dir} {found} (start the trainer first, or fix the path)")
     stop = stop if stop is not None else threading.Event()
     if cfg.parent_pid:
         threading.Thread(target=_watch_parent, args=(cfg.parent_pid, stop), name="parent-watch", daemon=True).start()

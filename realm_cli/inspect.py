@@ -156,10 +156,7 @@ def _open_index(loaded: LoadedRun, which: str) -> tuple[DocumentIndex, str]:
         )
     version = versions.current_index_version(loaded.run_dir)
     if version is None:
-        raise RunError(
-            f"no published index: {layout.index_dir(loaded.run_dir) / publication.CURRENT} is missing "
-            "(is the builder running?); use --index exact to embed the blocks now"
-        )
+        raise RunError(f"{_no_live_index(loaded.run_dir)}; use --index exact to embed the blocks now")
     published = versions.load_index_version(version)
     if published.num_vectors != len(loaded.store):
         raise RunError(f"{version} indexes {published.num_vectors} blocks but data.blocks has {len(loaded.store)}")
@@ -167,6 +164,17 @@ def _open_index(loaded: LoadedRun, which: str) -> tuple[DocumentIndex, str]:
         f"index {version.name} ({published.manifest.get('factory', '?')}, built from step "
         f"{published.step} weights; query embedder from step {loaded.step})"
     )
+
+
+def _no_live_index(run_dir: Path) -> str:
+    """Why a run has no live index: ``index/CURRENT`` is missing (or empty), or it names something that is not a
+    version folder inside the run (``current_index_version`` ignores such a pointer)."""
+    pointer = layout.index_dir(run_dir) / publication.CURRENT
+    name = publication.read_pointer(pointer)
+    if name is None:
+        state = "is empty" if pointer.exists() else "is missing"
+        return f"no published index: {pointer} {state} (is the builder running?)"
+    return f"no usable index: {pointer} names {name!r}, which is not a version folder inside {pointer.parent}"
 
 
 def _inspect(args: argparse.Namespace) -> int:

@@ -122,22 +122,31 @@ class ChildBuilder:
         """None while it runs (or before it starts)."""
         return None if self.process is None else self.process.poll()
 
-    def check(self) -> None:
-        """A builder that died is reported and restarted (``builder_restarts`` times at most); past that the run
-        stops on one trainer process (with several, their next wait for an index reports it on all of them)."""
+    def failure(self) -> str | None:
+        """None while the builder runs; a builder that died is reported and restarted (``builder_restarts`` times at
+        most, wherever the trainer notices it: between steps or while it waits for an index); past that, what went
+        wrong."""
         code = self.exit_code()
         if code is None:
-            return
+            return None
         log = self.run_dir / "builder.log"
         if self.restarts >= self.cfg.builder_restarts:
-            message = f"the index builder exited with code {code} (restarted {self.restarts} times already)"
-            if self.num_trainers == 1:
-                raise RuntimeError(f"{message}; see {log}")
-            logger.error("%s; see %s", message, log)
-            return
+            return f"the index builder exited with code {code} (restarted {self.restarts} times already)"
         logger.error("the index builder exited with code %d; restarting it (see %s)", code, log)
         self.restarts += 1
         self.start()
+        return None
+
+    def check(self) -> None:
+        """Between steps: ``failure``; one with no restarts left stops the run on one trainer process (with several,
+        their next wait for an index reports it on all of them)."""
+        message = self.failure()
+        if message is None:
+            return
+        log = self.run_dir / "builder.log"
+        if self.num_trainers == 1:
+            raise RuntimeError(f"{message}; see {log}")
+        logger.error("%s; see %s", message, log)
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

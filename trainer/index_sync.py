@@ -54,7 +54,8 @@ class IndexSync:
         accelerator: the trainer's; its processes agree on every swap.
         watcher: this process's loader of published versions (started by the caller).
         totals: the run's totals; waits and swaps are added to them.
-        builder_exit_code: the child builder's exit code, or None while it runs (or when there is no child).
+        builder_failure: None while the child builder runs (or when there is no child); it restarts a builder that
+            died while restarts remain, and returns what went wrong once none remain (``ChildBuilder.failure``).
     """
 
     def __init__(
@@ -63,13 +64,14 @@ class IndexSync:
         accelerator: Accelerator,
         watcher: IndexWatcher,
         totals: RunTotals,
-        builder_exit_code: Callable[[], int | None],
+        builder_failure: Callable[[], str | None],
     ) -> None:
         self.run_dir = run_dir
         self.accelerator = accelerator
         self.watcher = watcher
         self.totals = totals
-        self.builder_exit_code = builder_exit_code
+        self.builder_failure = builder_failure
+        self.failure: str | None = None
         self.index: PublishedIndex | None = None
         self.pending: PublishedIndex | None = None
         """A version this process's watcher loaded, newer than ``index``, not yet agreed on by all processes."""
@@ -108,8 +110,10 @@ class IndexSync:
         return True
 
     def _wait_problem(self, timed_out: bool) -> int:
-        # note: a child builder that exited, even cleanly, will publish nothing more
-        if self.builder_exit_code() is not None:
+        # note: a child builder that exited, even cleanly, will publish nothing more; while restarts remain it is
+        # restarted here, since with a small max_staleness the trainer spends most of its time in this wait
+        self.failure = self.builder_failure()
+        if self.failure is not None:
             return _BUILDER_EXITED
         return _TIMED_OUT if timed_out else _KEEP_WAITING
 
@@ -134,7 +138,7 @@ class IndexSync:
             problem = int(rows[:, 1].max())
             if problem == _BUILDER_EXITED:
                 raise RuntimeError(
-                    f"the index builder exited with code {self.builder_exit_code()} while the trainer waits for an "
+                    f"{self.failure or 'the index builder failed on another process'} while the trainer waits for an "
                     f"index; see {self.run_dir / 'builder.log'}"
                 )
             if problem == _TIMED_OUT:
@@ -150,17 +154,17 @@ class IndexSync:
         return waited
 
     def start_at(self, due: int, step: int, timeout_s: float) -> None:
-        """The first index of an invocation under ``refresh.swap_lag``: version ``due``. A resumed run loads it from
-        disk, since CURRENT may already name a newer version that goes live only later."""
+        """The first index of an invocation: version ``due`` (the one its checkpoint searched, or the initial one). A
+        resumed run loads it from disk (its checkpoint pins it, ``realm.run.layout.pinned_steps``), since CURRENT may
+        already name a newer version that goes live only later."""
         if step > 0:
             published = self.watcher.load_step(due)
             if int(self.gather_ints(int(published is not None))[:, 0].min()) == 1:
-                self.index = published
-                self.totals.num_index_refreshes += 1
+                self.index = published  # note: not a refresh: the version the run searched when it saved
                 logger.info("step %d: resumed on index v%d", step, due)
                 return
             logger.warning(
-                "index v%d, which this run searched at step %d, cannot be loaded (pruned by keep_versions?): waiting "
+                "index v%d, which this run searched at step %d, cannot be loaded (removed by hand?): waiting "
                 "for a newer one, so steps up to the next swap differ from an uninterrupted run", due, step
             )
         self.wait_for_index(due, step, timeout_s)

@@ -19,27 +19,33 @@ from accelerate import Accelerator
 from realm.core.config import to_dict
 from realm.core.logging import progress
 from realm.core.tracking import init_trackers
-from realm.data.blocks import BlockStore, load_blocks
+from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
 from realm.index.build import blocks_fingerprint
 from realm.index.versions import PublishedIndex, discard_after
-from realm.models.encoder import KnowledgeAugmentedEncoder
-from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS, Retriever, RetrieverConfig
 from realm.pretrain.batch import RealmBatch
 from realm.pretrain.candidates import attach_chosen, start_search
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.data import prepared_sentences, pretrain_loader
 from realm.pretrain.evaluation import evaluate_heldout, gold_titles
 from realm.pretrain.loss import get_loss
-from realm.pretrain.model import RealmModel
-from realm.pretrain.retrieval_table import log_retrieval_table, retrieval_rows
+from realm.pretrain.model import RealmModel, build_model
 from realm.pretrain.step import LOSS_UNITS, StepOutput, batch_counts, train_step
-from realm.run.layout import clear_done, export_retriever, latest_retriever_export, mark_done, retriever_dir
-from realm.run.publication import clean_staging, verify_published
+from realm.pretrain.retrieval_table import RETRIEVALS_FILE, log_retrieval_table, retrieval_rows
+from realm.run.layout import (
+    clear_done,
+    export_retriever,
+    has_version,
+    latest_retriever_export,
+    mark_done,
+    retriever_dir,
+)
+from realm.run.publication import clean_staging
 from realm.training.accelerator import build_accelerator
-from realm.training.loop import TrainingLoop, iterate, start_job
+from realm.training.loop import TrainingLoop, iterate, removed_if_setup_fails, start_job
 from realm.training.optim import retriever_lr
+from realm.training.sampler import check_fills_batch
 from trainer.builder_process import ChildBuilder, tracking_args
 from trainer.candidate_prefetch import CandidatePipeline
 from trainer.index_sync import IndexSync, RunTotals
@@ -48,44 +54,19 @@ from trainer.index_watcher import IndexWatcher
 logger = logging.getLogger(__name__)
 
 
-def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
-    """Fresh model from the config shape, with optional weights-only warm starts (ICT retriever, BERT encoder)."""
-    bert_config = cfg.model.bert_config(vocab_size)
-    if cfg.model.init_from:
-        retriever = Retriever.from_bert(cfg.model.init_from, cfg.retriever)
-        encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.model.init_from)
-    else:
-        retriever = Retriever.from_config(bert_config, cfg.retriever)
-        encoder = KnowledgeAugmentedEncoder.from_config(bert_config)
-    if cfg.train.init_retriever:
-        verify_published(cfg.train.init_retriever)  # note: realm ict's output lists its files with checksums
-        retriever = Retriever.from_pretrained(cfg.train.init_retriever)
-        check_retriever_matches(retriever, cfg.retriever, cfg.train.init_retriever)
-    if cfg.train.init_encoder:
-        verify_published(cfg.train.init_encoder)  # note: so does realm warmup's
-        encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.train.init_encoder)
-    return RealmModel(retriever, encoder)
-
-
-def check_retriever_matches(retriever: Retriever, cfg: RetrieverConfig, source: str) -> None:
-    """A warm-started retriever must have the shape and score of the run's ``retriever`` section: the run's config
-    is what evaluation, inspection and resume rebuild the model from, and the score sets p(z|x)'s temperature."""
-    config = retriever.query_embedder.config
-    found = {name: getattr(config, name, default) for name, default in RETRIEVER_SHAPE_DEFAULTS.items()}
-    expected = {name: getattr(cfg, name) for name in RETRIEVER_SHAPE_DEFAULTS}
-    expected["share_embedders"], found["share_embedders"] = cfg.share_embedders, retriever.shared
-    wrong = [f"{k}={found[k]!r} (config: {expected[k]!r})" for k in expected if found[k] != expected[k]]
-    if wrong:
-        raise ValueError(f"train.init_retriever={source} does not match the retriever section: {', '.join(wrong)}")
-
-
 class Trainer:
     def __init__(self, cfg: PretrainConfig, accelerator: Accelerator | None = None) -> None:
         self.cfg = cfg
         self.accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir)
+        with removed_if_setup_fails(cfg.train.run_dir, self.accelerator.is_main_process):
+            self._set_up(cfg)
+
+    def _set_up(self, cfg: PretrainConfig) -> None:
+        """Inputs, model, optimizer, the resumed state and the index side (nothing runs yet)."""
         self.run_dir = start_job(cfg.train, self.accelerator, cfg)
 
         self.tokenizer = load_tokenizer(cfg.data.tokenizer)
+        check_blocks_tokenizer(cfg.data.blocks, self.tokenizer)
         self.special = SpecialIds.of(self.tokenizer)
         self.store = BlockStore(load_blocks(cfg.data.blocks))
         cache = Path(cfg.data.cache_dir or self.run_dir / "data")
@@ -100,15 +81,19 @@ class Trainer:
             )
         # note: read once; every periodic evaluation uses the same gold articles
         self.heldout_titles = gold_titles(cfg.data.heldout) if cfg.data.heldout else None
+        self.num_processes = self.accelerator.num_processes
+        self.global_batch_size = cfg.train.batch_size * self.num_processes * cfg.train.grad_accum_steps
+        check_fills_batch(len(self.sentences), self.global_batch_size, cfg.data.sentences)  # before any export or build
 
         model = build_model(cfg, len(self.tokenizer))
         self.loop = TrainingLoop.prepare(self.accelerator, cfg.train, cfg.optim, model, cfg)
         self.model, self.optimizer, self.scheduler = self.loop.model, self.loop.optimizer, self.loop.scheduler
-        self.num_processes = self.accelerator.num_processes
-        self.global_batch_size = cfg.train.batch_size * self.num_processes * cfg.train.grad_accum_steps
         self.loss_fn = get_loss(cfg.train.loss)
         self.schedule = cfg.refresh.schedule()
+        self.loop.appended_logs.append(RETRIEVALS_FILE)
         state = self.loop.resume()
+        self.resumed_index_step: int | None = state.get("index_step")
+        """The index version the checkpoint searched (None for a fresh run): a resumed run starts on it."""
         self.totals = RunTotals(**state.get("totals", {}))
         self.metrics = self.loop.metrics
         prefetch = cfg.train.prefetch_candidates
@@ -127,7 +112,7 @@ class Trainer:
             self.accelerator,
             self.watcher,
             self.totals,
-            builder_exit_code=lambda: self.builder.exit_code() if self.builder is not None else None,
+            builder_failure=lambda: self.builder.failure() if self.builder is not None else None,
         )
         self._start_wall, self._wall_before = time.perf_counter(), self.totals.wall_s  # reset by run()
 
@@ -174,9 +159,7 @@ class Trainer:
             clear_done(self.run_dir)
             clean_staging(retriever_dir(self.run_dir))  # exports a crashed trainer left half-written
             discard_after(self.run_dir, self.step)  # exports and indexes a killed run made after this checkpoint
-        # note: a resumed run keeps the exports it made on schedule (re-exporting at the resume step would give it
-        # an index the uninterrupted run never had); only a fresh run needs its initial export.
-        if latest_retriever_export(self.run_dir) is None:
+        if self._needs_initial_export():
             self.export_retriever()
         if self.builder is not None:
             self.builder.start()
@@ -190,10 +173,7 @@ class Trainer:
             self.accelerator.distributed_type,
             self.accelerator.mixed_precision,
         )
-        if cfg.refresh.swap_lag >= 0:
-            self.sync.start_at(self.due_version(), self.step, cfg.refresh.initial_index_timeout_s)
-        else:
-            self.sync.wait_for_index(0, self.step, cfg.refresh.initial_index_timeout_s)
+        self.sync.start_at(self.start_version(), self.step, cfg.refresh.initial_index_timeout_s)
 
         loader = pretrain_loader(
             self.sentences,
@@ -248,6 +228,24 @@ class Trainer:
         bar.close()
         self.totals.wall_s = self._wall_now()
         return self.summary()
+
+    def start_version(self) -> int:
+        """The index version this invocation starts on: the one the checkpoint searched (the same version an
+        uninterrupted run searched at that step, whether or not the checkpoint is at a refresh step), or for a fresh
+        run the initial export's."""
+        if self.step > 0 and self.resumed_index_step is not None:
+            return self.resumed_index_step
+        return self.due_version() if self.cfg.refresh.swap_lag >= 0 else 0
+
+    def _needs_initial_export(self) -> bool:
+        """A fresh run exports its starting weights. A resumed one keeps the exports it made on schedule (its checkpoint
+        pins the version it searched, ``realm.run.layout.pinned_steps``): re-exporting at the resume step would give
+        it an index the uninterrupted run never had, so it does so only when nothing is left to resume on (a run
+        directory written before pins existed)."""
+        if latest_retriever_export(self.run_dir) is not None:
+            return False
+        resumed = self.resumed_index_step
+        return self.step == 0 or resumed is None or not has_version(self.run_dir, resumed)
 
     def due_version(self) -> int:
         """Under ``refresh.swap_lag``: the index version live before the next step, the newest export at least

@@ -13,6 +13,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import datasets
@@ -24,7 +25,7 @@ from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
 from realm.core.tracking import TrackingConfig
-from realm.data.blocks import BlocksInput, load_blocks
+from realm.data.blocks import BlocksInput, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.sentences import split_sentences
 from realm.data.vocab import load_tokenizer
@@ -46,10 +47,12 @@ class ICTLoopConfig(LoopConfig):
     batch_size: int = 64
     """Queries per step; the other blocks of the batch are the negatives."""
 
+    MIN_STEPS: ClassVar[int] = 1  # a job that takes no step has nothing to publish
+
     def __post_init__(self) -> None:
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
         LoopConfig.__post_init__(self)
-        if self.max_steps <= 0 or self.batch_size < 2:
-            raise ValueError("max_steps must be positive and batch_size >= 2 (in-batch negatives)")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -100,6 +103,7 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir)
     out_dir = start_job(cfg.train, accelerator, cfg)
     tokenizer = load_tokenizer(cfg.data.tokenizer)
+    check_blocks_tokenizer(cfg.data.blocks, tokenizer)
     special = SpecialIds.of(tokenizer)
     rows = ict_examples(load_blocks(cfg.data.blocks), tokenizer)
     bert_config = cfg.model.bert_config(len(tokenizer))

@@ -14,6 +14,7 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 from accelerate import Accelerator
@@ -23,7 +24,7 @@ from realm.core.config import config_from_command_line
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, progress
 from realm.core.tracking import TrackingConfig
-from realm.data.blocks import BlocksInput, BlockStore, load_blocks
+from realm.data.blocks import BlocksInput, BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.tagging import TaggingConfig, build_tagger
 from realm.data.vocab import load_tokenizer
@@ -46,10 +47,10 @@ class WarmupLoopConfig(LoopConfig):
     batch_size: int = 32
     """Sentences per step, over all processes' micro-batches."""
 
+    MIN_STEPS: ClassVar[int] = 1  # a job that takes no step has nothing to publish
+
     def __post_init__(self) -> None:
         LoopConfig.__post_init__(self)
-        if self.max_steps <= 0:
-            raise ValueError("max_steps must be positive")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -72,6 +73,7 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
     if cfg.train.batch_size % num_processes:
         raise ConfigError(f"train.batch_size {cfg.train.batch_size} is not divisible by {num_processes} processes")
     tokenizer = load_tokenizer(cfg.data.tokenizer)
+    check_blocks_tokenizer(cfg.data.blocks, tokenizer)
     special = SpecialIds.of(tokenizer)
     blocks = load_blocks(cfg.data.blocks)
     with accelerator.main_process_first():

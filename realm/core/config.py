@@ -2,17 +2,19 @@
 
 Every component declares its own ``@dataclass(kw_only=True, slots=True)`` config next to it and validates it in
 ``__post_init__``. This module only turns nested dicts (from YAML and ``--a.b=value`` overrides) into those
-dataclasses, rejecting unknown keys and mismatched types with a message that names the offending key path.
+dataclasses, rejecting unknown keys and mismatched types with a message that names the offending key path and where
+its value came from: the command-line override as given, or the YAML file and the key.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Iterator, TypeVar
 
 import yaml
 
@@ -25,8 +27,52 @@ def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
 
 
-def _coerce(value: Any, tp: Any, where: str) -> Any:
+def _join(key: str, name: str) -> str:
+    return f"{key}.{name}" if key else name
+
+
+class _Origins:
+    """Names a key of a config in errors by where its value came from: the override that set it, as given
+    (``override --train.max_steps=-3``), else ``{root}.{key}`` (the YAML file, or the defaults)."""
+
+    def __init__(self, root: str, overrides: dict[str, str] | None = None) -> None:
+        self.root = root
+        self.overrides = overrides or {}
+        """Dotted key -> the override that set it, as given."""
+
+    def _set_by(self, key: str) -> str | None:
+        """The override that set ``key`` itself or a section holding it."""
+        found = [arg for path, arg in self.overrides.items() if key == path or key.startswith((f"{path}.", f"{path}["))]
+        return found[-1] if found else None
+
+    def _touching(self, key: str) -> list[str]:
+        """Overrides that set ``key``, a section holding it, or a key inside it."""
+        whole = self._set_by(key)
+        inside = [arg for path, arg in self.overrides.items() if not key or path.startswith(f"{key}.")]
+        return [whole] if whole else inside
+
+    def key(self, key: str) -> str:
+        """How an error names the value at ``key`` ("" for the whole config)."""
+        arg = self._set_by(key)
+        if arg is not None:
+            return f"override {arg}"
+        return _join(self.root, key)
+
+    def section(self, key: str, culprits: list[str] | None) -> str:
+        """How an error about section ``key`` names it, given the keys at fault (None: unknown, e.g. a validation
+        message that names no key): by the overrides that set them, plus the section when not all of them did."""
+        if self._set_by(key) is not None:
+            return self.key(key)
+        suspects = [key] if culprits is None else culprits
+        given = list(dict.fromkeys(arg for k in suspects for arg in self._touching(k)))
+        if culprits and all(self._touching(k) for k in culprits):
+            return f"override {', '.join(given)}"
+        return f"{self.key(key)} with override {', '.join(given)}" if given else self.key(key)
+
+
+def _coerce(value: Any, tp: Any, key: str, origins: _Origins) -> Any:
     """Checks ``value`` against the annotation ``tp`` and converts it (dicts to dataclasses, ints to floats)."""
+    where = origins.key(key)
     origin = typing.get_origin(tp)
     if tp is Any:
         return value
@@ -39,7 +85,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             if arg is type(None):
                 continue
             try:
-                return _coerce(value, arg, where)
+                return _coerce(value, arg, key, origins)
             except ConfigError as err:
                 errors.append(str(err))
         raise ConfigError(f"{where}: {value!r} matches none of {tp}")
@@ -51,7 +97,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
         item_tp, *_ = typing.get_args(tp) or (Any,)
-        items = [_coerce(v, item_tp, f"{where}[{i}]") for i, v in enumerate(value)]
+        items = [_coerce(v, item_tp, f"{key}[{i}]", origins) for i, v in enumerate(value)]
         return items if origin is list else tuple(items)
     if origin is dict:
         if not isinstance(value, dict):
@@ -62,7 +108,7 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             return value
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a mapping for {_type_name(tp)}, got {value!r}")
-        return from_dict(tp, value, where)
+        return _build(tp, value, key, origins)
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
@@ -86,10 +132,16 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
 
 def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
     """Builds dataclass ``cls`` from a nested dict; unknown keys and wrong types raise ``ConfigError``."""
+    return _build(cls, data, "", _Origins(where))
+
+
+def _build(cls: type[T], data: dict[str, Any], key: str, origins: _Origins) -> T:
+    """``from_dict`` of the section at ``key``; errors are named by ``origins``."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
+        where = origins.section(key, [_join(key, name) for name in unknown])
         raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
     kwargs = {}
     for name, value in data.items():
@@ -97,14 +149,16 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
         if isinstance(value, dict) and factory is not dataclasses.MISSING and dataclasses.is_dataclass(hints[name]):
             # note: a section given in part keeps the parent's defaults for the rest (e.g. fine-tuning's own optimizer
             # defaults), not the section class's
-            value = merge(to_dict(factory()), value)
-        kwargs[name] = _coerce(value, hints[name], f"{where}.{name}")
+            value = _merge(to_dict(factory()), value, _join(key, name), origins)
+        kwargs[name] = _coerce(value, hints[name], _join(key, name), origins)
     try:
         return cls(**kwargs)
     except (TypeError, ValueError) as err:
         if isinstance(err, ConfigError):
             raise
-        raise ConfigError(f"{where}: {err}") from err
+        # note: __post_init__ messages name the fields they check, which tells whose value is at fault
+        named = [_join(key, name) for name in fields if re.search(rf"\b{re.escape(name)}\b", str(err))]
+        raise ConfigError(f"{origins.section(key, named or None)}: {err}") from err
 
 
 def to_dict(config: Any) -> dict[str, Any]:
@@ -118,7 +172,13 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
     Values are parsed as YAML scalars (so ``1e-4`` is a float and ``true`` a bool); anything that is not a
     ``--dotted.key=value`` pair is an error rather than being silently ignored.
     """
+    return _parse_overrides(args)[0]
+
+
+def _parse_overrides(args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``parse_overrides`` and, for errors, each dotted key's override as given."""
     nested: dict[str, Any] = {}
+    given: dict[str, str] = {}
     i = 0
     while i < len(args):
         arg = args[i]
@@ -139,7 +199,17 @@ def parse_overrides(args: list[str]) -> dict[str, Any]:
             if not isinstance(node, dict):
                 raise ConfigError(f"override {arg!r} conflicts with an earlier override")
         node[parts[-1]] = value
-    return nested
+        given[".".join(parts)] = arg if sep else f"{arg} {raw}"
+    return nested, given
+
+
+def _leaves(nested: dict[str, Any], key: str = "") -> Iterator[tuple[str, Any]]:
+    """(dotted key, value) of every value of a nested dict that is not itself a dict."""
+    for name, value in nested.items():
+        if isinstance(value, dict) and value:
+            yield from _leaves(value, _join(key, name))
+        else:
+            yield _join(key, name), value
 
 
 def _parse_scalar(raw: str) -> Any:
@@ -158,16 +228,20 @@ def _parse_scalar(raw: str) -> Any:
 def merge(base: dict[str, Any], update: dict[str, Any], where: str = "config") -> dict[str, Any]:
     """Recursively merges ``update`` into a copy of ``base``; a section on one side and a scalar on the other is an
     error (``train: 5`` in a file must not be silently replaced by an override's section and its defaults)."""
+    return _merge(base, update, "", _Origins(where))
+
+
+def _merge(base: dict[str, Any], update: dict[str, Any], key: str, origins: _Origins) -> dict[str, Any]:
     out = dict(base)
-    for key, value in update.items():
-        old = out.get(key)
+    for name, value in update.items():
+        old = out.get(name)
         if isinstance(value, dict) and isinstance(old, dict):
-            out[key] = merge(old, value, f"{where}.{key}")
+            out[name] = _merge(old, value, _join(key, name), origins)
         elif old is not None and isinstance(value, dict) != isinstance(old, dict):
             scalar = old if isinstance(value, dict) else value
-            raise ConfigError(f"{where}.{key}: expected a section (a mapping), got {scalar!r}")
+            raise ConfigError(f"{origins.key(_join(key, name))}: expected a section (a mapping), got {scalar!r}")
         else:
-            out[key] = value
+            out[name] = value
     return out
 
 
@@ -185,6 +259,8 @@ def resolve_config_path(path: str | Path) -> Path:
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
     path = resolve_config_path(path)
+    if path.is_dir():
+        raise ConfigError(f"config file {path} is a directory, not a YAML file")
     if not path.is_file():
         raise ConfigError(f"config file not found: {path}")
     try:
@@ -197,13 +273,19 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def load_config(cls: type[T], path: str | Path | None = None, overrides: list[str] | dict | None = None) -> T:
-    """Loads ``cls`` from an optional YAML file plus dotted overrides; the file name is in every error."""
+    """Loads ``cls`` from an optional YAML file plus dotted overrides (command-line strings or a nested dict).
+
+    An error names where the bad value came from: the override as given (``override --train.max_steps=-3``), else
+    the file and the key (``configs/x.yaml.train.max_steps``).
+    """
     data = read_yaml(path) if path is not None else {}
     if isinstance(overrides, list):
-        overrides = parse_overrides(overrides)
-    where = str(path) if path else "config"
-    data = merge(data, overrides or {}, where)
-    return from_dict(cls, data, where=where)
+        overrides, given = _parse_overrides(overrides)
+    else:
+        overrides = overrides or {}
+        given = {key: f"{key}={value!r}" for key, value in _leaves(overrides)}
+    origins = _Origins(str(path) if path else "config", given)
+    return _build(cls, _merge(data, overrides, "", origins), "", origins)
 
 
 def save_config(config: Any, path: str | Path) -> None:

@@ -81,10 +81,32 @@ class MetricsLogger:
             )
         return len(lines) - len(kept)
 
+    def size(self) -> int:
+        """Bytes written so far (a checkpoint records it, ``cut_log`` restores it)."""
+        return self.path.stat().st_size if self.path is not None and self.path.is_file() else 0
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def cut_log(path: str | Path, size: int) -> int:
+    """Truncates the append-only log ``path`` to its first ``size`` bytes, the size a checkpoint recorded, and
+    returns how many lines were removed: what a killed run appended after the checkpoint a resumed run starts from
+    (records of later steps, and those of the checkpoint's own step logged after it was saved, such as a final
+    evaluation), which the resumed run appends again. A file shorter than ``size`` is left as it is."""
+    path = Path(path)
+    if not path.is_file() or path.stat().st_size <= size:
+        return 0
+    with open(path, "r+b") as f:
+        f.seek(size)
+        removed = f.read().count(b"\n")
+        f.truncate(size)
+        f.flush()
+        os.fsync(f.fileno())
+    logging.getLogger(__name__).info("%s: removed %d line(s) written after the checkpoint", path, removed)
+    return removed
 
 
 def _record_step(line: str) -> int | None:

@@ -23,11 +23,19 @@ import datasets
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from realm.core.errors import DataFileError
-from realm.data.corpus import CorpusConfig, CorpusError, CorpusStats, Document, read_documents
+from realm.core.errors import DataFileError, UserError
+from realm.data.corpus import CorpusConfig, CorpusError, CorpusStats, Document, check_unique_ids, read_documents
 from realm.data.sentences import split_sentences
+from realm.data.vocab import tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
+
+BLOCKS_MANIFEST = "blocks_manifest.json"
+"""What a blocks folder was cut with: ``{"tokenizer": name or path, "tokenizer_fingerprint": sha256}``."""
+
+
+class BlocksTokenizerError(UserError, ValueError):
+    """Blocks read with another tokenizer than the one they were cut with (their wordpiece ids mean other words)."""
 
 BLOCK_FEATURES = datasets.Features(
     {
@@ -211,12 +219,18 @@ def build_blocks(
 
 
 def save_blocks(
-    blocks: datasets.Dataset, path: str | Path, *, stats: CorpusStats | None = None, overwrite: bool = False
+    blocks: datasets.Dataset,
+    path: str | Path,
+    *,
+    stats: CorpusStats | None = None,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    overwrite: bool = False,
 ) -> Path:
     """Saves blocks with ``save_to_disk`` into a staging folder renamed to ``path`` when complete.
 
-    ``stats`` (if given) is written next to the Arrow files as ``corpus_stats.json``. An existing ``path`` is an
-    error unless ``overwrite``.
+    ``stats`` (if given) is written next to the Arrow files as ``corpus_stats.json``, and the fingerprint of the
+    ``tokenizer`` they were cut with (if given) as ``BLOCKS_MANIFEST``, which ``check_blocks_tokenizer`` reads. An
+    existing ``path`` is an error unless ``overwrite``.
     """
     path = Path(path)
     if path.exists() and not overwrite:
@@ -226,6 +240,12 @@ def save_blocks(
     blocks.save_to_disk(str(staging))
     if stats is not None:
         (staging / "corpus_stats.json").write_text(json.dumps(stats.to_dict(), indent=2))
+    if tokenizer is not None:
+        # note: a local folder is recorded absolute, so a mismatch error names it from any directory
+        name = tokenizer.name_or_path
+        name = str(Path(name).resolve()) if name and Path(name).exists() else name
+        manifest = {"tokenizer": name, "tokenizer_fingerprint": tokenizer_fingerprint(tokenizer)}
+        (staging / BLOCKS_MANIFEST).write_text(json.dumps(manifest, indent=2))
     if path.exists():
         shutil.rmtree(path)
     staging.rename(path)
@@ -244,12 +264,58 @@ def load_blocks(path: str | Path) -> datasets.Dataset:
     return blocks
 
 
+_UNCHECKED_BLOCKS: set[Path] = set()
+"""Blocks folders without a tokenizer fingerprint already warned about (one warning a folder and process)."""
+
+
+def check_blocks_tokenizer(path: str | Path, tokenizer: PreTrainedTokenizerBase) -> None:
+    """Raises ``BlocksTokenizerError`` unless the blocks at ``path`` were cut with a tokenizer of the same
+    vocabulary and normalization as ``tokenizer`` (``tokenizer_fingerprint``); otherwise their wordpiece ids would
+    silently be read as other words.
+
+    Blocks saved before the fingerprint was recorded cannot be checked: a warning, once a folder, and no error.
+    """
+    path = Path(path)
+    if not (path / "dataset_info.json").is_file():
+        return  # note: not saved blocks at all, which load_blocks reports; so the check may come before it
+    name = tokenizer.name_or_path or "the tokenizer in use"
+    try:
+        manifest = json.loads((path / BLOCKS_MANIFEST).read_text())
+    except FileNotFoundError:
+        manifest = {}
+    except ValueError as err:
+        raise CorpusError(f"{path / BLOCKS_MANIFEST}: not valid JSON ({err})") from None
+    recorded = manifest.get("tokenizer_fingerprint") if isinstance(manifest, dict) else None
+    if recorded is None:
+        if path.resolve() not in _UNCHECKED_BLOCKS:
+            _UNCHECKED_BLOCKS.add(path.resolve())
+            logger.warning(
+                "blocks %s have no %s (cut by an older `realm blocks`), so nothing checks that they were cut with "
+                "tokenizer %s; cut them again to have it checked",
+                path,
+                BLOCKS_MANIFEST,
+                name,
+            )
+        return
+    actual = tokenizer_fingerprint(tokenizer)
+    if recorded != actual:
+        raise BlocksTokenizerError(
+            f"blocks {path} were cut with tokenizer {manifest.get('tokenizer') or '(unnamed)'} (fingerprint "
+            f"{recorded[:12]}), not with {name} (fingerprint {actual[:12]}), so their wordpiece ids would be read as "
+            f"other words: cut them again with `realm blocks --tokenizer {name}`, or use the tokenizer they were cut "
+            "with"
+        )
+
+
 def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:
-    """Reads the corpus ``cfg`` describes, cuts it into blocks and saves them to ``out_dir`` (replacing it).
+    """Reads the corpus ``cfg`` describes, cuts it into blocks and saves them to ``out_dir`` (replacing it), with the
+    tokenizer's fingerprint. A repeated document id is an error (``check_unique_ids``).
 
     The Arrow files are generated in a temporary folder beside ``out_dir``, so only the saved copy remains.
     """
     out_dir = Path(out_dir)
+    # note: before anything is written, so a corpus with a repeated id leaves no folder behind
+    check_unique_ids(cfg)
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     stats = CorpusStats()
     with tempfile.TemporaryDirectory(prefix=f".{out_dir.name}.cache-", dir=out_dir.parent) as cache_dir:
@@ -270,7 +336,7 @@ def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBa
                 f"{cfg.path}: no documents to cut into blocks ({stats.num_records} records read, "
                 f"{stats.num_malformed} malformed and {stats.num_empty} empty skipped)"
             ) from None
-        save_blocks(blocks, out_dir, stats=stats, overwrite=True)
+        save_blocks(blocks, out_dir, stats=stats, tokenizer=tokenizer, overwrite=True)
         del blocks
     return out_dir
 

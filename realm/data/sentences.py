@@ -204,6 +204,23 @@ def num_without_salient_spans(sentences: datasets.Dataset) -> int:
     return int(pc.sum(pc.equal(lengths, 0)).as_py() or 0)
 
 
+def _answer_span_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with a record's gold answer span ``[answer_start, answer_end)``, or None when it lies inside its
+    ``text`` or is absent (both fields missing, null or -1).
+
+    ``prepare_sentences`` maps only a span inside the sentence to wordpieces; any other span would silently leave the
+    sentence without a gold answer, and evaluation would drop it.
+    """
+    start, end = record.get("answer_start"), record.get("answer_end")
+    if start in (None, -1) and end in (None, -1):
+        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (start, end)):
+        return f"answer_start and answer_end must both be integers (or both null or -1), got {start!r} and {end!r}"
+    if not 0 <= start < end <= len(record["text"]):
+        return f"answer span [{start}, {end}) is not inside its sentence of {len(record['text'])} characters"
+    return None
+
+
 def load_jsonl_dataset(path: str | Path, *, cache_dir: str | Path | None = None) -> datasets.Dataset:
     """Loads a jsonl file (one JSON object per line) as an Arrow-backed dataset.
 
@@ -212,8 +229,8 @@ def load_jsonl_dataset(path: str | Path, *, cache_dir: str | Path | None = None)
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        DataFileError: A line is not UTF-8 or not a JSON object, lacks a string ``text``, or the file cannot be turned
-            into a table.
+        DataFileError: A line is not UTF-8 or not a JSON object, lacks a string ``text``, has a gold answer span
+            outside its text, or the file cannot be turned into a table.
     """
     path = Path(path)
     num_records = 0
@@ -222,6 +239,9 @@ def load_jsonl_dataset(path: str | Path, *, cache_dir: str | Path | None = None)
         if not isinstance(record.get("text"), str):
             found = "missing" if "text" not in record else f"{type(record['text']).__name__}, not a string"
             raise DataFileError(f"{where}: field 'text' is {found}")
+        problem = _answer_span_problem(record)
+        if problem:
+            raise DataFileError(f"{where}: {problem}")
         num_records += 1
     if num_records == 0:
         raise DataFileError(f"{path}: no records")

@@ -6,6 +6,8 @@ are what keep block texts, salient spans and gold answers consistent with the wo
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 from collections import Counter
 from dataclasses import dataclass
@@ -104,6 +106,7 @@ def train_wordpiece(
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(str(out_dir))
+    tokenizer.name_or_path = str(out_dir)  # note: as if loaded from there, so messages (and blocks) can name it
     logger.info("trained a WordPiece vocabulary of %d entries (lowercase=%s) into %s", len(vocab), lowercase, out_dir)
     return tokenizer
 
@@ -137,6 +140,22 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str = "tokenizer")
     missing = [role for role in ("cls", "sep", "pad", "mask") if getattr(tokenizer, f"{role}_token_id", None) is None]
     if missing:
         raise ValueError(f"{name}: tokenizer has no {', '.join(missing)} token(s); REALM's input layouts need them")
+
+
+def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
+    """SHA-256 hex of what decides a text's wordpiece ids: the vocabulary in id order (added tokens included), the
+    normalizer (lower-casing, accents), the pre-tokenizer and the model's settings.
+
+    Two tokenizers with one fingerprint cut every text into the same ids. The fingerprint is the same in every
+    process and after ``save_pretrained`` / ``load_tokenizer``: runtime state (truncation, padding) is left out.
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        raise ValueError("tokenizer_fingerprint needs a fast tokenizer")
+    spec = json.loads(tokenizer.backend_tokenizer.to_str())
+    settings = {key: value for key, value in spec["model"].items() if key != "vocab"}
+    vocab = sorted(tokenizer.get_vocab().items(), key=lambda item: item[1])
+    payload = {"vocab": vocab, "model": settings, "normalizer": spec["normalizer"], "pre": spec["pre_tokenizer"]}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:

@@ -96,7 +96,8 @@ def publish_embeddings(
 def activate(run_dir: str | Path, version: Path, keep_versions: int) -> None:
     """Flips CURRENT to ``version``, then prunes old versions (never the live one)."""
     versions.set_current_index(run_dir, version)
-    for removed in publication.prune(layout.index_dir(run_dir), layout.INDEX_PREFIX, keep_versions):
+    pinned = layout.pinned_steps(run_dir)  # note: what a resume from a kept checkpoint searches
+    for removed in publication.prune(layout.index_dir(run_dir), layout.INDEX_PREFIX, keep_versions, pinned):
         logger.info("pruned index version %s", removed.name)
 
 
@@ -116,9 +117,11 @@ def activate_if_built(run_dir: str | Path, export_step: int, export: dict, keep_
 
 
 def remove_older_exports(run_dir: str | Path, export_step: int) -> None:
-    """Exports older than the live index can never be built again (the builder always takes the newest)."""
+    """Exports older than the live index are not built again (the builder always takes the newest), unless a
+    checkpoint resumes on them: a run resumed from it after a kill may have to rebuild that version."""
+    pinned = layout.pinned_steps(run_dir)
     for step, path in publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX):
-        if step < export_step:
+        if step < export_step and step not in pinned:
             try:
                 publication.remove_folder(path)
             except OSError as err:

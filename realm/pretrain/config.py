@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from realm.core.tracking import TrackingConfig
 from realm.models.bert import ModelConfig
@@ -42,10 +43,12 @@ class TrainConfig(LoopConfig):
     init_encoder: str = ""
     """Warm start of the knowledge-augmented encoder from a ``BertForMaskedLM`` folder or name; weights only."""
 
+    MIN_STEPS: ClassVar[int] = 1  # a job that takes no step has nothing to publish
+
     def __post_init__(self) -> None:
+        if self.grad_accum_steps < 1:
+            raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
         LoopConfig.__post_init__(self)
-        if self.max_steps <= 0 or self.grad_accum_steps <= 0:
-            raise ValueError("max_steps and grad_accum_steps must be positive")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {self.loss!r}")
         if self.eval_interval < 0:

@@ -10,8 +10,10 @@ from torch import Tensor, nn
 from transformers import BertConfig
 
 from realm.models.encoder import KnowledgeAugmentedEncoder
-from realm.models.retriever import Retriever, RetrieverConfig, retrieval_scores
+from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS, Retriever, RetrieverConfig, retrieval_scores
 from realm.pretrain.batch import RealmBatch
+from realm.pretrain.config import PretrainConfig
+from realm.run.publication import verify_published
 
 # note: a finite stand-in for -inf keeps log_softmax/logsumexp gradients NaN-free for empty slots.
 _EMPTY_SLOT_LOGIT = -1e4
@@ -92,3 +94,32 @@ class RealmModel(nn.Module):
         return RealmOutput(logits, token_log_probs, predictions, closed_book)
 
 
+def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
+    """Fresh model from the config shape, with optional weights-only warm starts (ICT retriever, BERT encoder)."""
+    bert_config = cfg.model.bert_config(vocab_size)
+    if cfg.model.init_from:
+        retriever = Retriever.from_bert(cfg.model.init_from, cfg.retriever)
+        encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.model.init_from)
+    else:
+        retriever = Retriever.from_config(bert_config, cfg.retriever)
+        encoder = KnowledgeAugmentedEncoder.from_config(bert_config)
+    if cfg.train.init_retriever:
+        verify_published(cfg.train.init_retriever)  # note: realm ict's output lists its files with checksums
+        retriever = Retriever.from_pretrained(cfg.train.init_retriever)
+        check_retriever_matches(retriever, cfg.retriever, cfg.train.init_retriever)
+    if cfg.train.init_encoder:
+        verify_published(cfg.train.init_encoder)  # note: so does realm warmup's
+        encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.train.init_encoder)
+    return RealmModel(retriever, encoder)
+
+
+def check_retriever_matches(retriever: Retriever, cfg: RetrieverConfig, source: str) -> None:
+    """A warm-started retriever must have the shape and score of the run's ``retriever`` section: the run's config
+    is what evaluation, inspection and resume rebuild the model from, and the score sets p(z|x)'s temperature."""
+    config = retriever.query_embedder.config
+    found = {name: getattr(config, name, default) for name, default in RETRIEVER_SHAPE_DEFAULTS.items()}
+    expected = {name: getattr(cfg, name) for name in RETRIEVER_SHAPE_DEFAULTS}
+    expected["share_embedders"], found["share_embedders"] = cfg.share_embedders, retriever.shared
+    wrong = [f"{k}={found[k]!r} (config: {expected[k]!r})" for k in expected if found[k] != expected[k]]
+    if wrong:
+        raise ValueError(f"train.init_retriever={source} does not match the retriever section: {', '.join(wrong)}")

@@ -16,7 +16,7 @@ from transformers import PreTrainedTokenizerBase
 
 from realm.core.config import load_config
 from realm.core.errors import RunError
-from realm.data.blocks import BlockStore, load_blocks
+from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
 from realm.pretrain.config import PretrainConfig
@@ -128,6 +128,7 @@ def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
     blocks = _local_path(cfg.data.blocks, manifest.get("blocks"))
     if not blocks or not Path(blocks).is_dir():
         raise RunError(f"data.blocks = {cfg.data.blocks!r} of {config_file} not found ({where})")
+    check_blocks_tokenizer(blocks, tokenizer)
     store = BlockStore(load_blocks(blocks))
     model = load_model(cfg, len(tokenizer), weights)
     return LoadedRun(run, cfg, tokenizer, SpecialIds.of(tokenizer), store, model, folder, step, tokenizer_path, blocks)

@@ -4,12 +4,15 @@ the trainer publishes in it for the builder.
 ```
 RUN/
   config.yaml                   resolved configuration (trainer)
-  checkpoints/step-00000500/    training state (trainer; realm.training.checkpoint)
+  checkpoints/step-00000500/    training state (trainer; realm.training.checkpoint); its manifest's index_step pins
+                                the export and index version it resumes on (pinned_steps)
+  checkpoints/step-N.<why>/     a checkpoint a resume set aside (failed-verification, superseded)
   retriever/step-00000500/      doc-embedder weights for the builder: Retriever.save_pretrained layout + manifest.json
   index/v-00000500/             embeddings.npy [N, D] float32, index.faiss, block_ids.npy, manifest.json written LAST
                                 (realm.index.versions)
   index/CURRENT                 name of the live version folder, replaced atomically with os.replace
   index/.staging-<uuid>/        a build in progress: never read, removed when the builder starts
+  */.trash-<uuid>/              a removal a kill cut short: never read, removed by any process (clean_trash)
   DONE                          the trainer has finished, so a standalone builder may exit
 ```
 
@@ -35,6 +38,7 @@ from realm.run.publication import (
     prune,
     publish_folder,
     read_manifest,
+    relative_files,
     remove_folder,
     sha256_file,
     write_pointer,
@@ -50,6 +54,9 @@ CHECKPOINTS_DIR, CHECKPOINT_PREFIX = "checkpoints", "step-"
 RETRIEVER_DIR, RETRIEVER_PREFIX = "retriever", "step-"
 INDEX_DIR, INDEX_PREFIX = "index", "v-"
 DONE = "DONE"
+INDEX_STEP = "index_step"
+"""Field of a checkpoint's manifest: the index version (retriever step) the trainer searched when it saved, which a
+run resumed from it searches again."""
 
 
 def checkpoints_dir(run_dir: str | Path) -> Path:
@@ -62,6 +69,27 @@ def retriever_dir(run_dir: str | Path) -> Path:
 
 def index_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / INDEX_DIR
+
+
+def pinned_steps(run_dir: str | Path) -> set[int]:
+    """The index versions the published checkpoints resume on: their retriever exports and index versions are never
+    pruned (by the trainer's ``keep_exports``, the builder's ``keep_versions`` or its removal of older exports), so
+    a run resumed from any checkpoint, including one saved between two refreshes, searches exactly the index an
+    uninterrupted run searched."""
+    pinned = set()
+    for _, path in list_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX):
+        step = (read_manifest(path) or {}).get(INDEX_STEP)
+        if isinstance(step, int):
+            pinned.add(step)
+    return pinned
+
+
+def has_version(run_dir: str | Path, step: int) -> bool:
+    """Whether index version ``step`` is published, or its retriever export (from which the builder builds it)."""
+    return any(
+        read_manifest(parent / folder_name(prefix, step)) is not None
+        for parent, prefix in ((index_dir(run_dir), INDEX_PREFIX), (retriever_dir(run_dir), RETRIEVER_PREFIX))
+    )
 
 
 def mark_done(run_dir: str | Path) -> None:
@@ -101,7 +129,8 @@ def export_retriever(
 ) -> Path:
     """Publishes ``retriever/step-{step:08d}``: everything the builder needs to re-embed the corpus.
 
-    Call from the main process only. With ``keep``, only the newest ``keep`` exports stay. Re-exporting a step (after a resume) with identical doc-embedder weights
+    Call from the main process only. With ``keep``, only the newest ``keep`` exports stay (and those checkpoints
+    pin). Re-exporting a step (after a resume) with identical doc-embedder weights
     returns the existing folder; with different weights the old export is replaced (an index already built from it
     keeps its own ``weights_sha256``).
     """
@@ -126,12 +155,12 @@ def export_retriever(
             "tokenizer": tokenizer,
             "max_block_length": max_block_length,
             "weights_sha256": weights,
-            "files": file_entries(staging, sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())),
+            "files": file_entries(staging, relative_files(staging)),
             "created": now_iso(),
         }
         published = publish_folder(staging, final, manifest)
         if keep:
-            prune(parent, RETRIEVER_PREFIX, keep)
+            prune(parent, RETRIEVER_PREFIX, keep, keep_steps=pinned_steps(run_dir))
         return published
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

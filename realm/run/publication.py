@@ -29,6 +29,7 @@ logger = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 STAGING_PREFIX = ".staging-"
+TRASH_PREFIX = ".trash-"
 CURRENT = "CURRENT"
 
 
@@ -122,7 +123,7 @@ def replace_published(final: Path, save: Callable[[Path], None], manifest: dict[
     staging = new_staging(final.parent)
     try:
         save(staging)
-        files = file_entries(staging, sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file()))
+        files = file_entries(staging, relative_files(staging))
         return publish_folder(staging, final, {**manifest, "files": files, "created": now_iso()})
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -130,15 +131,21 @@ def replace_published(final: Path, save: Callable[[Path], None], manifest: dict[
 
 
 def remove_folder(folder: Path) -> None:
-    """Deletes a published folder: first renamed to a staging name (unpublished at once), then removed."""
+    """Deletes a published folder: first renamed to a trash name (unpublished at once), then removed. A folder already
+    gone (another process pruned it first) counts as removed; a kill between the two steps leaves a ``.trash-*``
+    folder that anyone may delete (``clean_trash``), since nothing ever writes to it."""
     folder = Path(folder)
-    trash = folder.parent / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
-    os.rename(folder, trash)
+    trash = folder.parent / f"{TRASH_PREFIX}{uuid.uuid4().hex}"
+    try:
+        os.rename(folder, trash)
+    except FileNotFoundError:
+        return
     shutil.rmtree(trash, ignore_errors=True)
 
 
-def prune(parent: Path, prefix: str, keep: int) -> list[Path]:
-    """Removes all but the newest ``keep`` published folders, never the one ``parent/CURRENT`` names.
+def prune(parent: Path, prefix: str, keep: int, keep_steps: set[int] | frozenset[int] = frozenset()) -> list[Path]:
+    """Removes all but the newest ``keep`` published folders, never the one ``parent/CURRENT`` names nor those of
+    ``keep_steps`` (what checkpoints need, ``realm.run.layout.pinned_steps``).
 
     Returns the removed paths. Readers that still hold files of a removed version (mmap, open index) keep working.
     """
@@ -146,24 +153,34 @@ def prune(parent: Path, prefix: str, keep: int) -> list[Path]:
         raise ValueError(f"keep must be >= 1, got {keep}")
     current = read_pointer(Path(parent) / CURRENT)
     removed = []
-    for _, path in list_published(parent, prefix)[:-keep]:
-        if path.name != current:
+    for step, path in list_published(parent, prefix)[:-keep]:
+        if path.name != current and step not in keep_steps:
             remove_folder(path)
             removed.append(path)
     return removed
 
 
+def clean_trash(parent: Path) -> list[Path]:
+    """Removes the ``.trash-*`` folders under ``parent`` (removals a kill interrupted); safe for any process at any
+    time, unlike ``clean_staging``."""
+    return _remove_children(parent, TRASH_PREFIX)
+
+
 def clean_staging(parent: Path) -> list[Path]:
-    """Removes leftover ``.staging-*`` folders and files under ``parent`` (crashed writers); returns them.
+    """Removes leftover ``.staging-*`` folders and files under ``parent`` (crashed writers), and trash; returns them.
 
     Only the single writer of ``parent`` may call this, and only when it is not writing (e.g. at start).
     """
+    return _remove_children(parent, STAGING_PREFIX) + clean_trash(parent)
+
+
+def _remove_children(parent: Path, prefix: str) -> list[Path]:
     parent = Path(parent)
     if not parent.is_dir():
         return []
     removed = []
     for child in parent.iterdir():
-        if child.name.startswith(STAGING_PREFIX):
+        if child.name.startswith(prefix):
             if child.is_dir() and not child.is_symlink():
                 shutil.rmtree(child, ignore_errors=True)
             else:
@@ -191,6 +208,11 @@ def sha256_file(path: Path) -> str:
     """Hex SHA-256 of a file, read in chunks (fine for multi-GB embeddings)."""
     with open(path, "rb") as f:
         return hashlib.file_digest(f, "sha256").hexdigest()
+
+
+def relative_files(folder: Path) -> list[str]:
+    """Every file under ``folder`` as a path relative to it, sorted (what a manifest lists)."""
+    return sorted(str(p.relative_to(folder)) for p in Path(folder).rglob("*") if p.is_file())
 
 
 def file_entries(folder: Path, names: Iterable[str]) -> dict[str, dict[str, Any]]:

@@ -23,7 +23,7 @@ from torch import Tensor
 
 from realm.core.config import save_config
 from realm.core.errors import MissingFileError, RunError
-from realm.run.layout import CHECKPOINT_PREFIX, checkpoints_dir
+from realm.run.layout import CHECKPOINT_PREFIX, INDEX_STEP, checkpoints_dir
 from realm.run.publication import (
     STAGING_PREFIX,
     file_entries,
@@ -34,6 +34,7 @@ from realm.run.publication import (
     prune,
     publish_folder,
     read_manifest,
+    relative_files,
     remove_folder,
 )
 
@@ -75,8 +76,12 @@ def save_checkpoint(
         (staging / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
         (staging / SCHEDULER_STATE).write_text(json.dumps(scheduler.state_dict(), indent=2))
         save_config(config, staging / "config.yaml")
-        names = sorted(str(p.relative_to(staging)) for p in staging.rglob("*") if p.is_file())
+        names = relative_files(staging)
         manifest = {"step": step, "created": now_iso(), "kind": "checkpoint", "files": file_entries(staging, names)}
+        if state.get(INDEX_STEP) is not None:
+            # note: in the manifest, so the index builder reads which index version this checkpoint resumes on and
+            # never prunes it (realm.run.layout.pinned_steps) without knowing the trainer's state format
+            manifest[INDEX_STEP] = state[INDEX_STEP]
         publish_folder(staging, final, manifest)
         prune(parent, CHECKPOINT_PREFIX, keep)
         logger.info("saved checkpoint %s", final)
@@ -84,28 +89,63 @@ def save_checkpoint(
     return final
 
 
-def resolve_resume(run_dir: str | Path, resume: str) -> Path | None:
+def set_aside(path: Path, why: str) -> Path:
+    """Renames the published checkpoint ``path`` to ``path.name + "." + why`` (``.2``, ``.3`` ... if taken) and returns
+    the new path: out of every listing (not a ``step-N`` name), so it no longer stands in the way of saving its step
+    again, and kept for the user to inspect or delete."""
+    target = path.with_name(f"{path.name}.{why}")
+    n = 1
+    while target.exists():
+        n += 1
+        target = path.with_name(f"{path.name}.{why}.{n}")
+    path.rename(target)
+    return target
+
+
+def resolve_resume(run_dir: str | Path, resume: str, set_aside_rejected: bool = False) -> Path | None:
     """The checkpoint to resume from: for ``auto`` the newest complete one whose files match their checksums (a
-    corrupt one is reported and the next older one is used), none for ``never``, or the given folder (verified)."""
+    corrupt one is reported and the next older one is used), none for ``never``, or the given folder (verified).
+
+    ``set_aside_rejected`` (the main process, before the others resolve): each checkpoint newer than the one chosen is
+    set aside (``set_aside``) as ``.failed-verification`` or, when an older one was asked for, ``.superseded``: the
+    resumed run saves those steps again, and a published folder is never overwritten. When no checkpoint verifies,
+    nothing is moved and the run stops with an error.
+    """
     if resume == "never":
         return None
+    published = list_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
+    rejected: list[tuple[Path, str]] = []
     if resume == "auto":
-        published = list_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
+        chosen = None
         for _, path in reversed(published):
             problems = manifest_problems(path)
             if not problems:
-                return path
+                chosen = path
+                break
             logger.error("checkpoint %s fails verification (%s); trying the next older one", path, "; ".join(problems))
-        if published:
-            raise RunError(f"no checkpoint under {checkpoints_dir(run_dir)} passes verification (see the errors above)")
-        return None
-    path = Path(resume)
-    if read_manifest(path) is None:
-        raise MissingFileError(f"resume={resume!r} is not a complete checkpoint (no readable manifest.json)")
-    problems = manifest_problems(path)
-    if problems:
-        raise RunError(f"resume={resume!r} fails verification: {'; '.join(problems)}")
-    return path
+            rejected.append((path, "failed-verification"))
+        if chosen is None:
+            if published:
+                raise RunError(
+                    f"no checkpoint under {checkpoints_dir(run_dir)} passes verification (see the errors above); "
+                    "rerun with --train.resume=never to start over"
+                )
+            return None
+    else:
+        chosen = Path(resume)
+        if read_manifest(chosen) is None:
+            raise MissingFileError(f"resume={resume!r} is not a complete checkpoint (no readable manifest.json)")
+        problems = manifest_problems(chosen)
+        if problems:
+            raise RunError(f"resume={resume!r} fails verification: {'; '.join(problems)}")
+        step = read_manifest(chosen).get("step", -1)
+        if chosen.resolve().parent == checkpoints_dir(run_dir).resolve():
+            rejected = [(path, "superseded") for found, path in published if found > step]
+    if set_aside_rejected:
+        for path, why in rejected:
+            moved = set_aside(path, why)
+            logger.error("set aside checkpoint %s as %s (this run saves its step again)", path, moved.name)
+    return chosen
 
 
 def load_checkpoint(accelerator, path: Path, scheduler) -> dict[str, Any]:

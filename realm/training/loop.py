@@ -10,22 +10,28 @@ resumed job continues exactly where an uninterrupted one would be.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 import torch
 from accelerate import Accelerator
 
 from realm.core.config import save_config
-from realm.core.logging import MetricsLogger, set_num_threads
+from realm.core.errors import RunError
+from realm.core.logging import MetricsLogger, cut_log, set_num_threads
 from realm.run.layout import checkpoints_dir
 from realm.run.publication import clean_staging, replace_published
 from realm.training.checkpoint import load_checkpoint, load_rank_tensors, resolve_resume, save_checkpoint
 from realm.training.optim import OptimConfig, build_optimizer
 
 logger = logging.getLogger(__name__)
+METRICS_FILE = "metrics.jsonl"
+LOG_SIZES = "log_sizes"
+"""Key of the checkpoint state: ``{log name: bytes}`` of the run's append-only logs when it was saved."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -49,9 +55,14 @@ class LoopConfig:
     num_threads: int = 0
     """Intra-op threads (0: torch's default)."""
 
+    MIN_STEPS: ClassVar[int] = 0
+    """The fewest ``max_steps`` a job accepts (a job that must take a step sets 1)."""
+
     def __post_init__(self) -> None:
-        if self.max_steps < 0 or self.batch_size <= 0:
-            raise ValueError("max_steps must be >= 0 and batch_size positive")
+        if self.max_steps < self.MIN_STEPS:
+            raise ValueError(f"max_steps must be >= {self.MIN_STEPS}, got {self.max_steps}")
+        if self.batch_size <= 0:
+            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
         if min(self.log_interval, self.save_interval, self.keep_checkpoints) <= 0:
             raise ValueError("log_interval, save_interval and keep_checkpoints must be positive")
         if self.stop_at_step < 0:
@@ -112,7 +123,10 @@ class TrainingLoop:
         self.rank_tensors: dict[str, torch.Tensor] = {}
         """This process's own tensors in the checkpoint ``resume`` restored ({} when none)."""
         self.window = MetricWindow()
-        self.metrics = MetricsLogger(self.run_dir / "metrics.jsonl" if accelerator.is_main_process else None, accelerator)
+        self.metrics = MetricsLogger(self.run_dir / METRICS_FILE if accelerator.is_main_process else None, accelerator)
+        self.appended_logs = [METRICS_FILE]
+        """The run's append-only logs (names in ``run_dir``): each checkpoint records their sizes and a resumed job
+        cuts them back to those sizes, so nothing is logged twice. A job adds its own before ``resume``."""
 
     @classmethod
     def prepare(cls, accelerator: Accelerator, loop: LoopConfig, optim: OptimConfig, model: torch.nn.Module,
@@ -130,13 +144,24 @@ class TrainingLoop:
             # note: a kill mid-checkpoint or mid-prune leaves staging folders that no reader ever looks at
             for leftover in clean_staging(checkpoints_dir(self.run_dir)):
                 logger.warning("removed %s, left by a killed run", leftover)
+            # note: newer checkpoints that fail verification are set aside first, so the others resolve the same one
+            resolve_resume(self.run_dir, self.cfg.resume, set_aside_rejected=True)
         self.accelerator.wait_for_everyone()
         path = resolve_resume(self.run_dir, self.cfg.resume)
         state = {} if path is None else load_checkpoint(self.accelerator, path, self.scheduler)
         self.rank_tensors = {} if path is None else load_rank_tensors(path, self.accelerator.process_index)
         self.step = int(state.get("step", 0))
-        self.metrics.drop_after(self.step)  # note: what a killed run logged past its checkpoint is logged again
+        if self.accelerator.is_main_process:
+            self._cut_logs(state.get(LOG_SIZES))
         return state
+
+    def _cut_logs(self, sizes: Mapping[str, int] | None) -> None:
+        """What a killed run appended after the checkpoint is removed, since the resumed run appends it again."""
+        if sizes is None:  # a checkpoint that predates LOG_SIZES: the records of later steps
+            self.metrics.drop_after(self.step)
+            return
+        for name in self.appended_logs:
+            cut_log(self.run_dir / name, int(sizes.get(name, 0)))
 
     @property
     def done(self) -> bool:
@@ -190,9 +215,11 @@ class TrainingLoop:
     def save(self, state: Mapping[str, Any] | None = None, rank_tensors: Mapping[str, torch.Tensor] | None = None
              ) -> Path:  # fmt: skip
         """Checkpoint of the current step (every process must call it, each with its own ``rank_tensors``)."""
+        sizes = {name: (self.run_dir / name).stat().st_size if (self.run_dir / name).is_file() else 0
+                 for name in self.appended_logs}  # fmt: skip
         return save_checkpoint(
-            self.accelerator, self.run_dir, self.step, dict(state or {}), self.config, self.cfg.keep_checkpoints,
-            self.scheduler, dict(rank_tensors or {}),
+            self.accelerator, self.run_dir, self.step, {**(state or {}), LOG_SIZES: sizes}, self.config,
+            self.cfg.keep_checkpoints, self.scheduler, dict(rank_tensors or {}),
         )  # fmt: skip
 
     def close(self) -> None:
@@ -204,6 +231,8 @@ def start_job(loop: LoopConfig, accelerator: Accelerator, config: Any) -> Path:
     set_num_threads(loop.num_threads)
     torch.manual_seed(loop.seed)
     run_dir = Path(loop.run_dir)
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunError(f"train.run_dir={loop.run_dir} is a file, not a run directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     if accelerator.is_main_process:
         save_config(config, run_dir / "config.yaml")
@@ -219,3 +248,18 @@ def iterate(loader: Iterable) -> Iterator:
     """
     with torch.random.fork_rng(devices=[]):
         return iter(loader)
+
+
+@contextlib.contextmanager
+def removed_if_setup_fails(run_dir: str | Path, is_main_process: bool) -> Iterator[None]:
+    """A job's set-up (``start_job`` and reading its inputs) inside this: when it fails, a run directory that did not
+    exist before is removed again, so a mistyped input leaves no half-made run behind (only ``config.yaml`` and data
+    caches, which a rerun with the right input would otherwise mistake for a run to resume)."""
+    run_dir = Path(run_dir)
+    existed = run_dir.exists()
+    try:
+        yield
+    except BaseException:
+        if not existed and is_main_process and run_dir.is_dir():
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise

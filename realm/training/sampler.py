@@ -13,6 +13,7 @@ import datasets
 import numpy as np
 from torch.utils.data import Dataset, Sampler
 
+from realm.core.errors import ConfigError
 from realm.data.blocks import uid_hash
 
 
@@ -31,6 +32,16 @@ class KeyedExamples(Dataset):
         row["epoch"], row["idx"] = epoch, idx
         row["source_uid_hash"] = uid_hash(row.get("source_uid") or "")
         return row
+
+
+def check_fills_batch(num_examples: int, global_batch: int, source: str = "the training set") -> None:
+    """Raises ``ConfigError`` when ``num_examples`` cannot fill one global batch; jobs call it as soon as their data is
+    read, before any other work (a builder indexing, a warm start), with ``source`` naming the file."""
+    if num_examples < global_batch:
+        raise ConfigError(
+            f"{source}: {num_examples} examples cannot fill a global batch of {global_batch} (train.batch_size x "
+            "processes x train.grad_accum_steps); give more examples or a smaller --train.batch_size"
+        )
 
 
 class StepBatchSampler(Sampler[list[tuple[int, int]]]):
@@ -53,8 +64,7 @@ class StepBatchSampler(Sampler[list[tuple[int, int]]]):
         if accum_steps <= 0:
             raise ValueError(f"accum_steps must be positive, got {accum_steps}")
         global_batch = batch_size * world_size * accum_steps
-        if num_examples < global_batch:
-            raise ValueError(f"{num_examples} examples cannot fill a global batch of {global_batch}")
+        check_fills_batch(num_examples, global_batch)
         self.num_examples, self.batch_size, self.seed = num_examples, batch_size, seed
         self.start_step, self.rank, self.world_size, self.accum_steps = start_step, rank, world_size, accum_steps
         self.steps_per_epoch = num_examples // global_batch

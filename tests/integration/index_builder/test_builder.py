@@ -212,3 +212,24 @@ def test_a_broken_live_index_is_rebuilt(run):
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True)) == 1
     rebuilt = versions.load_index_version(versions.current_index_version(run_dir))  # verifies every checksum
     assert rebuilt.step == 6
+
+
+def test_a_removal_of_an_old_export_cut_short_by_a_kill_is_cleaned_by_the_next_builder(run, monkeypatch):
+    """The builder removes exports older than the index it publishes; killed between the rename and the delete it
+    leaves a folder behind, and the next ``realm index --once=true`` removes it (not only the trainer's start)."""
+    run_dir = run[0]
+    export(run, 2)
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True)) == 1
+    export(run, 4)
+
+    def killed(*args, **kwargs):
+        raise KeyboardInterrupt("killed mid-removal")
+
+    monkeypatch.setattr(publication.shutil, "rmtree", killed)
+    with pytest.raises(KeyboardInterrupt):
+        run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True))
+    monkeypatch.undo()
+    left = [p.name for p in layout.retriever_dir(run_dir).iterdir() if p.name.startswith(".")]
+    assert left, "the simulated kill left nothing behind"
+    run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True))
+    assert sorted(p.name for p in layout.retriever_dir(run_dir).iterdir()) == ["step-00000004"]

@@ -13,10 +13,9 @@ import time
 import pytest
 
 from realm.core.logging import read_metrics
-from tests.helpers import ROOT, builder_pids, data_overrides, run_module, subprocess_env
+from tests.helpers import ROOT, builder_pids, run_module, subprocess_env
 
 pytestmark = pytest.mark.slow
-TINY = "configs/pretrain/tiny.yaml"
 TRIALS = 3
 SEED = 1234
 
@@ -25,10 +24,8 @@ def _per_step(run, key):
     return {r["step"]: r[key] for r in read_metrics(run / "metrics.jsonl") if key in r}
 
 
-def test_trainer_killed_at_random_moments_leaves_no_process_and_resumes_exactly(tiny_world, tmp_path):
-    common = ["--config", TINY, "--train.log_interval=1", "--train.save_interval=1", *data_overrides(tiny_world)]
-    straight = tmp_path / "straight"
-    run_module("trainer.pretrain", *common, f"--train.run_dir={straight}")
+def test_trainer_killed_at_random_moments_leaves_no_process_and_resumes_exactly(straight, tmp_path):
+    common, straight = straight
     rng = random.Random(SEED)
     for trial in range(TRIALS):
         run = tmp_path / f"trial{trial}"
@@ -63,3 +60,38 @@ def test_trainer_killed_at_random_moments_leaves_no_process_and_resumes_exactly(
         steps = [r["step"] for r in read_metrics(run / "metrics.jsonl") if "train/loss" in r]
         assert steps == sorted(set(steps)), f"trial {trial}: a step was logged twice"
         assert not builder_pids(run)
+
+
+def test_builder_killed_while_the_trainer_waits_for_an_index_is_restarted_and_the_run_is_exact(straight, tmp_path):
+    """max_staleness 0: the trainer waits for every refresh. The builder is killed once as soon as it starts (the
+    trainer is then certainly waiting for its first index, whatever the machine's speed) and once more at a seeded
+    step; each time the trainer restarts it (``refresh.builder_restarts`` 2) and the run ends as an uninterrupted
+    one."""
+    common, straight = straight
+    run = tmp_path / "run"
+    trainer = subprocess.Popen(
+        [sys.executable, "-m", "trainer.pretrain", *common, f"--train.run_dir={run}"],
+        cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        for kill_at_step in (0, random.Random(SEED).randint(1, 3)):
+            deadline = time.monotonic() + 120
+            while not builder_pids(run) or max(_per_step(run, "train/loss") or [0]) < kill_at_step:
+                assert trainer.poll() is None, "the trainer stopped before the builder was killed"
+                assert time.monotonic() < deadline, f"no builder and step {kill_at_step} within 120 s"
+                time.sleep(0.02)
+            for pid in builder_pids(run):
+                os.kill(pid, signal.SIGKILL)
+        _, stderr = trainer.communicate(timeout=180)
+    finally:
+        trainer.kill()
+        for pid in builder_pids(run):
+            os.kill(pid, signal.SIGKILL)
+    assert trainer.returncode == 0, stderr[-3000:]
+    # note: the first kill is always noticed in the wait; the second, at the latest at the next step's check
+    assert 1 <= stderr.count("restarting it") <= 2
+    for key in ("train/loss", "index/version"):
+        a, b = _per_step(straight, key), _per_step(run, key)
+        assert sorted(a) == sorted(b) == list(range(1, 7)), key
+        for step in a:
+            assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), (key, step)

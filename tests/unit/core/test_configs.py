@@ -50,8 +50,42 @@ def test_unknown_override_is_an_error():
 
 
 def test_type_mismatch_is_an_error_naming_the_key():
-    with pytest.raises(ConfigError, match=r"train.max_steps: expected an integer"):
+    with pytest.raises(ConfigError, match=r"override train.max_steps='many': expected an integer"):
         load_config(PretrainConfig, None, {"train": {"max_steps": "many"}})
+
+
+def test_an_error_names_the_override_or_the_file_the_bad_value_came_from(tmp_path):
+    tiny = CONFIGS / "pretrain/tiny.yaml"
+    cases = {
+        ("--train.max_steps=many",): "override --train.max_steps=many: expected an integer, got 'many'",
+        ("--train.max_steps", "-3"): "override --train.max_steps -3: max_steps must be >= 1, got -3",
+        ("--optim.learning_rate=1",): "override --optim.learning_rate=1: unknown key(s) ['learning_rate']",
+        ("--train=5",): "override --train=5: expected a section (a mapping), got 5",
+        # a check that names no key: the section, and the overrides inside it
+        ("--model.hidden_size=0",): f"{tiny}.model with override --model.hidden_size=0: model sizes must be positive",
+    }
+    for overrides, message in cases.items():
+        with pytest.raises(ConfigError) as err:
+            load_config(PretrainConfig, tiny, list(overrides))
+        assert str(err.value).startswith(message), (overrides, str(err.value))
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train:\n  max_steps: -3\n  batch_size: many\n")
+    with pytest.raises(ConfigError, match=rf"^{bad}.train.batch_size: expected an integer"):
+        load_config(PretrainConfig, bad, ["--train.seed=1"])
+    with pytest.raises(ConfigError, match=rf"^{bad}.train: max_steps must be >= 1, got -3"):
+        load_config(PretrainConfig, bad, ["--train.batch_size=4"])
+
+
+@pytest.mark.parametrize("cls", [PretrainConfig, ICTConfig, WarmupConfig])
+@pytest.mark.parametrize("steps", [-3, 0])
+def test_a_job_that_needs_a_step_says_so_for_any_max_steps_below_one(cls, steps):
+    with pytest.raises(ConfigError, match=rf"max_steps must be >= 1, got {steps}"):
+        load_config(cls, None, [f"--train.max_steps={steps}"])
+
+
+def test_a_config_path_that_is_a_directory_says_so(tmp_path):
+    with pytest.raises(ConfigError, match=rf"config file {tmp_path} is a directory, not a YAML file"):
+        load_config(PretrainConfig, tmp_path)
 
 
 def test_validation_errors_name_the_section():

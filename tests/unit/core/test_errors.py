@@ -15,6 +15,7 @@ from realm.core.errors import (
     UserError,
     run_command,
 )
+from realm.data.blocks import BlocksTokenizerError
 from realm.data.corpus import CorpusError
 from realm.index.versions import IndexVersionError
 from realm.pretrain.config import PretrainConfig
@@ -22,8 +23,10 @@ from warmstart.ict import ICTConfig
 
 
 @pytest.mark.parametrize(
-    "cls", [ConfigError, DataFileError, MissingFileError, InputError, ArgumentError, RunError, IndexVersionError, CorpusError]
-)
+    "cls",
+    [ConfigError, DataFileError, MissingFileError, InputError, ArgumentError, RunError, IndexVersionError, CorpusError,
+     BlocksTokenizerError],
+)  # fmt: skip
 def test_every_user_error_is_reported_in_one_line_with_exit_2(cls, capsys):
     def entry(argv):
         raise cls(f"data/x.jsonl:3: bad record ({argv[0]})")
@@ -68,6 +71,9 @@ def test_the_builder_refuses_a_run_directory_that_does_not_exist(tmp_path, capsy
     assert main(["index", f"--run_dir={tmp_path / 'nope'}", "--once=true"]) == 2
     assert f"run_dir {tmp_path / 'nope'} does not exist" in capsys.readouterr().err
     assert not (tmp_path / "nope").exists()
+    (tmp_path / "a-file").write_text("")
+    assert main(["index", f"--run_dir={tmp_path / 'a-file'}", "--once=true"]) == 2
+    assert f"run_dir {tmp_path / 'a-file'} is not a directory" in capsys.readouterr().err
 
 
 def test_a_config_section_given_as_a_scalar_is_an_error(tmp_path):
@@ -76,5 +82,5 @@ def test_a_config_section_given_as_a_scalar_is_an_error(tmp_path):
     (tmp_path / "bad.yaml").write_text("train: 5\n")
     with pytest.raises(ConfigError, match=r"bad.yaml.train: expected a section \(a mapping\), got 5"):
         load_config(PretrainConfig, tmp_path / "bad.yaml", ["--train.run_dir=x"])
-    with pytest.raises(ConfigError, match="train: expected a mapping for TrainConfig, got 5"):
+    with pytest.raises(ConfigError, match="override --train=5: expected a mapping for TrainConfig, got 5"):
         load_config(PretrainConfig, None, ["--train=5"])

@@ -1,5 +1,6 @@
 """Bad input gets one line naming the file and line (or is counted and skipped where skipping is the documented
-choice): sentences without a string text, bytes that are not UTF-8 in any jsonl file, an empty corpus."""
+choice): sentences without a string text or with a gold answer outside it, bytes that are not UTF-8 in any jsonl file,
+an empty corpus."""
 
 from pathlib import Path
 
@@ -31,6 +32,12 @@ def _write(path: Path, data: bytes) -> Path:
         (b'{"text": 5}\n', ":1: field 'text' is int, not a string"),
         (b'{"text": "fine"}\n{"text": "bad \xfe"}\n', ":2: not UTF-8 (byte 15 of the line is 0xfe)"),
         (b"", ": no records"),
+        (b'{"text": "abc", "answer_start": 0, "answer_end": 1}\n{"text": "Ada was born.", "answer_start": 20, '
+         b'"answer_end": 24}\n', ":2: answer span [20, 24) is not inside its sentence of 13 characters"),
+        (b'{"text": "Ada was born.", "answer_start": 4, "answer_end": 4}\n',
+         ":1: answer span [4, 4) is not inside its sentence of 13 characters"),
+        (b'{"text": "Ada was born.", "answer_start": "4", "answer_end": 7}\n',
+         ":1: answer_start and answer_end must both be integers (or both null or -1), got '4' and 7"),
     ],
 )
 def test_bad_sentences_name_the_file_and_line(tmp_path, data, message):
@@ -38,6 +45,13 @@ def test_bad_sentences_name_the_file_and_line(tmp_path, data, message):
     with pytest.raises(DataFileError) as err:
         load_jsonl_dataset(path)
     assert str(err.value) == f"{path}{message}"
+
+
+def test_sentences_without_a_gold_answer_are_fine(tmp_path):
+    lines = [b'{"text": "No answer."}', b'{"text": "Absent.", "answer_start": -1, "answer_end": -1}',
+             b'{"text": "Null.", "answer_start": null, "answer_end": null}']  # fmt: skip
+    path = _write(tmp_path / "sentences.jsonl", b"\n".join(lines) + b"\n")
+    assert len(load_jsonl_dataset(path)) == 3
 
 
 def test_a_corpus_line_that_is_not_utf8_is_reported_or_skipped_and_counted(tmp_path, tokenizer):

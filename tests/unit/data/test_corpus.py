@@ -12,9 +12,11 @@ import pytest
 
 from realm.data.blocks import (
     BLOCK_FEATURES,
+    BlocksTokenizerError,
     block_uid,
     build_blocks,
     build_blocks_from_config,
+    check_blocks_tokenizer,
     cut_body,
     load_blocks,
     save_blocks,
@@ -29,7 +31,7 @@ from realm.data.corpus import (
     read_hf,
     read_jsonl,
 )
-from realm.data.vocab import train_wordpiece
+from realm.data.vocab import load_tokenizer, train_wordpiece
 from tests.helpers import FIXTURES, SHARED_REAL
 
 REAL = SHARED_REAL
@@ -258,3 +260,46 @@ def test_corpus_config_validation():
         CorpusConfig(path="x", format="csv")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="corpus path is not set"):
         read_documents(CorpusConfig())
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "dpr_tsv"])
+def test_repeated_document_ids_are_refused_naming_both_lines_before_anything_is_written(tokenizer, tmp_path, fmt):
+    ids = ["a", "b", "a", "c", "b", "a"]
+    if fmt == "jsonl":
+        records = [json.dumps({"id": i, "title": "T", "text": f"Doc {i}."}) for i in ids]
+        path = write(tmp_path / "docs.jsonl", "".join(f"{r}\n" for r in records))
+        first_line = 1
+    else:
+        path = write(tmp_path / "docs.tsv", "id\ttext\ttitle\n" + "".join(f"{i}\tDoc {i}.\tT\n" for i in ids))
+        first_line = 2  # after the header
+    cfg = CorpusConfig(path=str(path), format=fmt)
+    with pytest.raises(CorpusError) as err:
+        build_blocks_from_config(cfg, tokenizer, tmp_path / "out" / "blocks")
+    line = first_line + 2  # the second "a"
+    assert str(err.value) == (
+        f"{path}:{line}: document id 'a' repeats {path}:{first_line} (3 document(s) repeat an earlier id; ids must "
+        "be unique)"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_blocks_record_their_tokenizer_and_refuse_another(tokenizer, tmp_path):
+    cfg = CorpusConfig(path=str(FIXTURES / "corpus_docs.jsonl"), max_block_length=64)
+    out = build_blocks_from_config(cfg, tokenizer, tmp_path / "blocks")
+    tokenizer.save_pretrained(tmp_path / "same")
+    check_blocks_tokenizer(out, load_tokenizer(tmp_path / "same"))  # the same vocabulary, saved and loaded again
+    train_wordpiece(["Other words entirely, in another vocabulary."] * 3, 60, tmp_path / "other", min_frequency=1)
+    with pytest.raises(BlocksTokenizerError) as err:
+        check_blocks_tokenizer(out, load_tokenizer(tmp_path / "other"))
+    message = str(err.value)
+    assert message.startswith(f"blocks {out} were cut with tokenizer ") and f"not with {tmp_path / 'other'} " in message
+
+
+def test_blocks_without_a_tokenizer_record_are_read_with_one_warning(tokenizer, tmp_path, caplog):
+    blocks = build_blocks([Document(id="1", title="Ada", text="Ada was here.")], tokenizer, 64, cache_dir=tmp_path)
+    old = save_blocks(blocks, tmp_path / "old")  # as `realm blocks` saved them before it recorded the tokenizer
+    with caplog.at_level(logging.WARNING, logger="realm.data.blocks"):
+        check_blocks_tokenizer(old, tokenizer)
+        check_blocks_tokenizer(old, tokenizer)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "have no blocks_manifest.json" in warnings[0]

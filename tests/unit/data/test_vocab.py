@@ -12,7 +12,14 @@ from tokenizers.models import WordPiece
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from realm.data.packing import SpecialIds
-from realm.data.vocab import VocabConfig, check_tokenizer, load_tokenizer, tokenizer_from_config, train_wordpiece
+from realm.data.vocab import (
+    VocabConfig,
+    check_tokenizer,
+    load_tokenizer,
+    tokenizer_fingerprint,
+    tokenizer_from_config,
+    train_wordpiece,
+)
 
 TEXTS = [
     "Ada Lovelace was an English mathematician and writer.",
@@ -117,3 +124,14 @@ def test_vocab_config_validation():
         VocabConfig(min_frequency=0)
     with pytest.raises(ValueError, match="tokenizer"):
         VocabConfig(tokenizer=" ")
+
+
+def test_tokenizer_fingerprint_survives_saving_and_use_and_tells_vocabularies_and_casing_apart(trained, tmp_path):
+    tokenizer, out = trained
+    assert tokenizer.name_or_path == str(out)  # named by its folder, as a loaded one is (blocks record the name)
+    reloaded = load_tokenizer(out)
+    reloaded("Ada " * 50, truncation=True, max_length=8)  # sets the backend's truncation, which is not a vocabulary
+    assert tokenizer_fingerprint(reloaded) == tokenizer_fingerprint(tokenizer)
+    cased = train_wordpiece(TEXTS, 120, tmp_path / "cased", lowercase=False, min_frequency=1)
+    smaller = train_wordpiece(TEXTS, 100, tmp_path / "smaller", min_frequency=1)
+    assert len({tokenizer_fingerprint(t) for t in (tokenizer, cased, smaller)}) == 3

@@ -227,7 +227,7 @@ def test_a_warm_started_retriever_must_match_the_runs_retriever_section(tmp_path
     from realm.core.config import load_config
     from realm.models.retriever import Retriever
     from realm.pretrain.config import PretrainConfig
-    from trainer.loop import build_model
+    from realm.pretrain.model import build_model
 
     shape = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64}
     config = BertConfig(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,

@@ -9,6 +9,8 @@ from types import SimpleNamespace
 import pytest
 
 import trainer.index_sync as index_sync
+from realm.pretrain.refresh import RefreshConfig
+from trainer.builder_process import ChildBuilder
 from trainer.index_sync import IndexSync, RunTotals
 
 
@@ -37,10 +39,10 @@ class FakeWatcher:
         return None
 
 
-def _sync(tmp_path: Path, exit_code=lambda: None) -> tuple[IndexSync, FakeWatcher]:
+def _sync(tmp_path: Path, failure=lambda: None) -> tuple[IndexSync, FakeWatcher]:
     watcher = FakeWatcher()
     accelerator = SimpleNamespace(num_processes=1, is_main_process=True)
-    return IndexSync(tmp_path, accelerator, watcher, RunTotals(), exit_code), watcher
+    return IndexSync(tmp_path, accelerator, watcher, RunTotals(), failure), watcher
 
 
 def test_newest_loaded_version_is_swapped_in_between_steps_without_waiting(tmp_path):
@@ -67,13 +69,35 @@ def test_past_max_staleness_the_trainer_waits_for_the_newest_export_and_counts_i
 
 
 def test_a_builder_that_exits_during_a_wait_ends_it_with_an_error(tmp_path):
-    code = {"value": None}
-    sync, _ = _sync(tmp_path, exit_code=lambda: code["value"])
-    threading.Timer(0.2, code.update, kwargs={"value": 3}).start()
+    failure = {"value": None}
+    sync, _ = _sync(tmp_path, failure=lambda: failure["value"])
+    message = "the index builder exited with code 3 (restarted 2 times already)"
+    threading.Timer(0.2, failure.update, kwargs={"value": message}).start()
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=r"index builder exited with code 3 .*builder\.log"):
         sync.wait_for_index(0, step=0, timeout_s=60)
     assert time.monotonic() - started < 5  # noticed within the next round, not at the timeout
+
+
+def test_a_builder_that_dies_during_a_wait_is_restarted_there_and_the_wait_goes_on(tmp_path):
+    """The restart budget applies while the trainer waits for an index, not only between steps (with a small
+    max_staleness the trainer waits most of the time): a real child builder that exits (its config is missing) is
+    restarted by the wait, and the wait ends when a version arrives."""
+    cfg = RefreshConfig(spawn_builder=True, builder_config=str(tmp_path / "missing.yaml"), builder_restarts=1)
+    child = ChildBuilder(cfg, tmp_path, [], num_trainers=1)
+    child.start()
+    child.process.wait(timeout=60)  # dead before the wait starts, as after a SIGKILL
+    sync, watcher = _sync(tmp_path, failure=child.failure)
+
+    def publish_after_the_restart():
+        while child.restarts == 0:
+            time.sleep(0.05)
+        watcher.publish(0)
+
+    threading.Thread(target=publish_after_the_restart, daemon=True).start()
+    sync.wait_for_index(0, step=0, timeout_s=60)
+    assert sync.index.step == 0 and child.restarts == 1
+    child.stop()
 
 
 def test_no_index_within_the_timeout_is_an_error(tmp_path):

@@ -1,0 +1,20 @@
+"""One uninterrupted tiny pre-training run that the resume and kill tests compare against."""
+
+import pytest
+
+from tests.helpers import data_overrides, run_module
+
+TINY = "configs/pretrain/tiny.yaml"
+
+
+@pytest.fixture(scope="session")
+def straight(tiny_world, tmp_path_factory):
+    """``(common arguments, run)``: refresh every 2 steps with max_staleness 0 (the trainer waits for each refresh), a
+    checkpoint after every step, all kept; the tests start their runs with the same arguments."""
+    common = [
+        "--config", TINY, "--train.log_interval=1", "--train.save_interval=1", "--train.keep_checkpoints=10",
+        *data_overrides(tiny_world),
+    ]  # fmt: skip
+    run = tmp_path_factory.mktemp("straight") / "run"
+    run_module("trainer.pretrain", *common, f"--train.run_dir={run}")
+    return common, run
