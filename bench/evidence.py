@@ -8,7 +8,6 @@ pre-training corpus X, stated only in their article in the knowledge corpus Z) a
 |---|---|---|
 | ``realm`` | nothing: the demo recipe, an index refresh every ``--refresh`` steps | REALM |
 | ``closed_book`` | the null document only (``train.loss=closed_book``) | a BERT without retrieval |
-| ``memorisation`` | closed book, trained on X *and* the sentences of Z (which state the held-out facts) | memorising |
 | ``stale_30x`` | an index refresh every 30 x ``--refresh`` steps | Table 2, "30x stale MIPS" |
 | ``frozen`` | the ICT index is never refreshed (the trainer exports no new retriever) | no refresh at all |
 | ``random_span``, ``random_token`` | the masking (``data.masking``) | Table 2, masking ablation |
@@ -18,6 +17,9 @@ pre-training corpus X, stated only in their article in the knowledge corpus Z) a
 |  | the model trained on, so the corpus must override what it may have memorised | |
 | ``bm25_reader`` | the ``realm`` row's model reading BM25's top-k instead of its own retriever's | a BM25 baseline |
 | ``majority`` | no model: each relation's most frequent answer in X | a prior-only baseline |
+
+Whether a model that memorised Z could do without retrieval is ``bench/memorisation.py``'s question (a closed-book
+encoder trained on Z until it reproduces Z's facts, then asked their paraphrases).
 
 A ``start`` line gives the same figures for the shared starting model (warmed-up reader, ICT retriever, ICT index)
 before any pre-training step. ``--ict-steps`` shortens ICT: on the demo world 40 steps already give gold recall@4
@@ -55,8 +57,7 @@ from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging, read_metrics  # noqa: E402
 from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks  # noqa: E402
 from realm.data.corpus import CorpusConfig  # noqa: E402
-from realm.data.jsonl import iter_field, iter_jsonl  # noqa: E402
-from realm.data.sentences import split_sentences  # noqa: E402
+from realm.data.jsonl import iter_jsonl  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
@@ -72,7 +73,7 @@ from trainer.loop import Trainer  # noqa: E402
 
 OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
 TRAIN_RECALL = "train/answer_recall"
-ROWS = ("majority", "realm", "closed_book", "memorisation", "stale_30x", "frozen", "random_span", "random_token",
+ROWS = ("majority", "realm", "closed_book", "stale_30x", "frozen", "random_span", "random_token",
         "bm25_reader", "hot_swap", "hot_swap_training")
 USES_REALM = ("bm25_reader", "hot_swap", "hot_swap_training")
 """Rows that reuse the realm row's trained model instead of training their own."""
@@ -89,17 +90,6 @@ def prepare(out: Path, seed: int, entities: int, ict_steps: int | None = None) -
     paths = make_world_data(out, seed, entities, args.vocab_size, cfg.retriever.max_block_length)
     warm_start(args, out, paths, encoder_shape(cfg.model))  # the demo shape
     return {**paths, "encoder": out / "warmup" / "encoder", "retriever": out / "ict" / "retriever"}
-
-
-def x_plus_z_sentences(paths: dict[str, Path], out: Path) -> Path:
-    """The pre-training sentences X followed by every sentence of the knowledge corpus Z (``text``), in one jsonl:
-    the memorisation row's data."""
-    with out.open("w") as f:
-        f.write(Path(paths["pretrain"]).read_text())
-        for text in iter_field(paths["corpus"], "text"):
-            for start, end in split_sentences(text):
-                f.write(json.dumps({"text": text[start:end]}) + "\n")
-    return out
 
 
 def ict_embeddings(paths: dict[str, Path], overrides: list[str]) -> torch.Tensor:
@@ -292,14 +282,11 @@ def main(argv: list[str] | None = None) -> int:
     variants = {
         "realm": fresh,
         "closed_book": [*fresh, "--train.loss=closed_book"],
-        "memorisation": [*fresh, "--train.loss=closed_book", f"--data.sentences={out / 'x_plus_z.jsonl'}"],
         "stale_30x": [*every(30 * args.refresh), f"--refresh.max_staleness={NEVER}"],
         "frozen": [*every(NEVER), f"--refresh.max_staleness={NEVER}"],
         "random_span": [*fresh, "--data.masking=random_span"],
         "random_token": [*fresh, "--data.masking=random_token"],
     }
-    if "memorisation" in rows:
-        x_plus_z_sentences(paths, out / "x_plus_z.jsonl")
     ict = ict_embeddings(paths, common)
     realm_trainer = None
     for name in rows:

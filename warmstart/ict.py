@@ -13,8 +13,8 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
 from pathlib import Path
+from typing import ClassVar
 
 import datasets
 import torch

@@ -14,8 +14,8 @@ import logging
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import ClassVar
 from pathlib import Path
+from typing import ClassVar
 
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
@@ -31,6 +31,7 @@ from realm.data.vocab import load_tokenizer
 from realm.models.bert import ModelConfig
 from realm.models.encoder import KnowledgeAugmentedEncoder
 from realm.models.retriever import RetrieverConfig
+from realm.pretrain.data import prepared_sentences
 from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
@@ -54,10 +55,28 @@ class WarmupLoopConfig(LoopConfig):
 
 
 @dataclass(kw_only=True, slots=True)
+class WarmupTask:
+    """What the encoder reads. The default is the reader warm-up: block sentences read against their own block. With
+    ``closed_book`` it reads the null document instead: closed-book MLM, the memorising model of the memorisation
+    question (``bench/memorisation.py``), on the blocks' sentences or on a ``sentences`` file."""
+
+    closed_book: bool = False
+    sentences: str = ""
+    """With ``closed_book``: a sentences jsonl (``text`` with the ``answer_start``/``answer_end`` span to mask, the X
+    format) to train on instead of the blocks' own sentences; the gold span is what is masked (the fact, not any
+    salient span such as the entity's name)."""
+
+    def __post_init__(self) -> None:
+        if self.sentences and not self.closed_book:
+            raise ValueError("task.sentences needs task.closed_book=true (a sentence of a file has no own block)")
+
+
+@dataclass(kw_only=True, slots=True)
 class WarmupConfig:
     train: WarmupLoopConfig = field(default_factory=WarmupLoopConfig)
     data: BlocksInput = field(default_factory=BlocksInput)
-    """The knowledge corpus blocks are the only data this stage reads."""
+    """The knowledge corpus blocks (and, with ``task.sentences``, the tokenizer only)."""
+    task: WarmupTask = field(default_factory=WarmupTask)
     model: ModelConfig = field(default_factory=ModelConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     """Only ``max_query_length`` and ``max_block_length`` apply: the reader's input is laid out as in pre-training."""
@@ -77,7 +96,11 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
     special = SpecialIds.of(tokenizer)
     blocks = load_blocks(cfg.data.blocks)
     with accelerator.main_process_first():
-        rows = prepare_block_sentences(blocks, tokenizer, build_tagger(cfg.tagging), cfg.retriever.max_query_length)
+        if cfg.task.sentences:
+            cache = out_dir / "data"
+            rows = prepared_sentences(cfg.task.sentences, tokenizer, None, cfg.retriever.max_query_length, cache)
+        else:
+            rows = prepare_block_sentences(blocks, tokenizer, build_tagger(cfg.tagging), cfg.retriever.max_query_length)
     encoder = (
         KnowledgeAugmentedEncoder.from_pretrained(cfg.model.init_from)
         if cfg.model.init_from
@@ -90,10 +113,11 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
         len(rows), cfg.train.batch_size // num_processes, cfg.train.seed, loop.step, accelerator.process_index,
         num_processes,
     )  # fmt: skip
+    store = None if cfg.task.closed_book else BlockStore(blocks)
+    mode = "gold" if cfg.task.sentences else "salient"
     collator = TrivialRetrievalCollator(
-        special, BlockStore(blocks), cfg.retriever.max_query_length, cfg.retriever.max_block_length, "salient",
-        cfg.train.seed,
-    )  # fmt: skip
+        special, store, cfg.retriever.max_query_length, cfg.retriever.max_block_length, mode, cfg.train.seed
+    )
     batches = iterate(DataLoader(KeyedExamples(rows), batch_sampler=sampler, collate_fn=collator))
     bar = progress(cfg.train.last_step, "reader warm-up", unit="step", initial=loop.step,
                    enabled=accelerator.is_main_process)  # fmt: skip

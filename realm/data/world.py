@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.atomic import write_text_atomic
+from realm.data.sentences import split_sentences
 from realm.data.tagging import CONNECTORS, STOPWORDS
 from realm.data.world_templates import (
     CITY,
@@ -39,6 +40,8 @@ from realm.data.world_templates import (
 )
 
 Record = dict[str, Any]
+RECORD_FILES = ("corpus", "pretrain", "heldout", "entities", "questions", "z_facts")
+"""The ``World`` fields ``write_world`` writes, one ``NAME.jsonl`` each."""
 
 # A few common nouns that are not in the templates but would read badly as fictional names.
 _COMMON_NOUNS = ("north", "south", "east", "west", "city", "town", "river", "house", "company", "bank", "press")
@@ -112,6 +115,9 @@ class World:
     heldout: list[Record] = field(default_factory=list)
     entities: list[Record] = field(default_factory=list)
     questions: list[Record] = field(default_factory=list)
+    z_facts: list[Record] = field(default_factory=list)
+    """Z's own statement of every fact of every entity: the sentence of its article that holds the value, with the
+    value's offsets (the X record format), so a closed-book model can be asked what it memorised of Z."""
 
 
 @dataclass(slots=True)
@@ -262,13 +268,33 @@ def _x_record(entity: _Entity, relation: str, wording: int, template: str) -> Re
     }  # fmt: skip
 
 
+def _z_fact_records(entity: _Entity, article: str, doc_id: str) -> list[Record]:
+    """The sentence of ``article`` that states each fact of ``entity`` (the first that holds the value), as records
+    in the X format."""
+    sentences = [article[a:b] for a, b in split_sentences(article)]
+    records = []
+    for relation in RELATIONS[entity.kind]:
+        value = entity.facts[relation]
+        found = [(t, m) for t in sentences if (m := re.search(rf"(?<!\w){re.escape(value)}(?!\w)", t))]
+        if not found:  # note: cannot happen for a drawn article (every fact is stated); said rather than skipped
+            raise AssertionError(f"{doc_id}: the article does not state {relation}={value!r}")
+        text, match = found[0]
+        records.append({
+            "id": f"z-{entity.index:06d}-{relation}", "text": text, "entity_id": entity.id, "entity": entity.name,
+            "relation": relation, "answer": value, "answer_start": match.start(), "answer_end": match.end(),
+            "heldout": entity.heldout, "doc_id": doc_id,
+        })  # fmt: skip
+    return records
+
+
 def generate_world(cfg: WorldConfig) -> World:
     """Draws the whole world from ``cfg.seed``.
 
     Returns:
         ``World`` whose ``corpus`` holds one article per entity, ``pretrain`` the X sentences of training entities
         (``cfg.sentences_per_fact`` wordings per fact, shuffled), ``heldout`` one X sentence per fact of each held-out
-        entity, ``entities`` every entity with its facts, and ``questions`` one question per fact of every entity.
+        entity, ``entities`` every entity with its facts, ``questions`` one question per fact of every entity and
+        ``z_facts`` the sentence of Z that states each fact.
     """
     rng = random.Random(cfg.seed)
     entities = _make_entities(cfg, rng)
@@ -288,6 +314,7 @@ def generate_world(cfg: WorldConfig) -> World:
             e.facts = redrawn[e.index]
             text = _article(e, replay)
         world.corpus.append({"id": doc_id, "title": e.name, "text": text})
+        world.z_facts.extend(_z_fact_records(e, text, doc_id))
         world.entities.append(
             {"id": e.id, "name": e.name, "kind": e.kind, "heldout": e.heldout, "facts": dict(e.facts), "doc_id": doc_id}
         )
@@ -308,8 +335,8 @@ def generate_world(cfg: WorldConfig) -> World:
 
 
 def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
-    """Writes ``corpus``, ``pretrain``, ``heldout``, ``entities`` and ``questions`` ``.jsonl`` (plus the QA splits
-    ``questions_train`` and ``questions_heldout``) and ``world.json``.
+    """Writes ``corpus``, ``pretrain``, ``heldout``, ``entities``, ``questions`` and ``z_facts`` ``.jsonl`` (plus the
+    QA splits ``questions_train`` and ``questions_heldout``) and ``world.json``.
 
     Each file is written to a temporary name and renamed, so an interrupted write never leaves a truncated file.
 
@@ -319,7 +346,7 @@ def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = {}
-    for name in ("corpus", "pretrain", "heldout", "entities", "questions"):
+    for name in RECORD_FILES:
         paths[name] = out_dir / f"{name}.jsonl"
         write_text_atomic(paths[name], "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in getattr(world, name)))
     # the QA splits: questions about training entities (fine-tuning) and about held-out ones (evaluation)
@@ -331,7 +358,7 @@ def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
     meta = {
         "config": asdict(world.config),
         "counts": {
-            **{f"num_{name}": len(getattr(world, name)) for name in ("corpus", "pretrain", "heldout", "questions")},
+            **{f"num_{name}": len(getattr(world, name)) for name in RECORD_FILES if name != "entities"},
             **{f"num_{kind}": kinds.count(kind) for kind in (PERSON, CITY, ORG)},
             "num_heldout_entities": sum(e["heldout"] for e in world.entities),
         },

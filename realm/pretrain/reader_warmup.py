@@ -83,13 +83,16 @@ class ReaderBatch(Movable):
 
 
 class TrivialRetrievalCollator:
-    """Masks one salient span per block sentence (``PretrainCollator``) and packs it with its own block's body.
+    """Masks one salient span per block sentence (``PretrainCollator``) and packs it with its own block's body, or
+    with ``store`` None with the null document (an empty body, the query alone as REALM's null slot reads it): the
+    closed-book MLM of a model that memorises what it reads.
 
-    Examples are rows of ``prepare_block_sentences`` with ``idx`` and ``epoch`` (``realm.pretrain.data.KeyedExamples``).
+    Examples are rows of ``prepare_block_sentences`` (or, closed book, of any prepared sentences) with ``idx`` and
+    ``epoch`` (``realm.pretrain.data.KeyedExamples``).
     """
 
     def __init__(
-        self, special: SpecialIds, store: BlockStore, max_query_length: int, max_block_length: int,
+        self, special: SpecialIds, store: BlockStore | None, max_query_length: int, max_block_length: int,
         mode: MaskingMode, seed: int,
     ) -> None:  # fmt: skip
         self.special, self.store, self.max_block_length = special, store, max_block_length
@@ -101,9 +104,12 @@ class TrivialRetrievalCollator:
 
     def __call__(self, examples: Sequence[dict]) -> ReaderBatch:
         masked = self.masker(examples)
-        block_of = {int(ex["idx"]): int(ex["block_id"]) for ex in examples}
-        _, bodies = self.store.tokens([block_of[i] for i in masked.example_ids.tolist()])
         queries = masked.query_tokens()
+        if self.store is None:
+            bodies = [[] for _ in queries]
+        else:
+            block_of = {int(ex["idx"]): int(ex["block_id"]) for ex in examples}
+            _, bodies = self.store.tokens([block_of[i] for i in masked.example_ids.tolist()])
         reader = pack_pairs(queries, bodies, self.special, reader_length(queries, self.max_block_length))
         return ReaderBatch(
             input_ids=reader["input_ids"],

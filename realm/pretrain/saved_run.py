@@ -8,7 +8,6 @@ or unexpected is an error. Used by ``realm inspect`` / ``realm evaluate-mlm`` an
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from realm.pretrain.config import PretrainConfig
 from realm.pretrain.model import RealmModel
 from realm.run.layout import checkpoints_dir, latest_retriever_export
 from realm.run.publication import read_manifest
-from realm.training.checkpoint import TRAINER_STATE, resolve_resume
+from realm.training.checkpoint import TRAINER_STATE, load_weights, resolve_resume
 
 MODEL_FILE = "model.safetensors"
 """What ``accelerator.save_state`` names the weights of the first (here: only) prepared model."""
@@ -58,36 +57,13 @@ def load_model(cfg: PretrainConfig, vocab_size: int, weights: Path) -> RealmMode
     """A ``RealmModel`` of the run's shape with the weights of ``weights`` (a ``model.safetensors``).
 
     The model is built from the config alone (``RealmModel.from_config``): warm starts and ``model.init_from`` would
-    only load weights the checkpoint overwrites. Missing keys are accepted only when they alias a loaded tensor
-    (the tied MLM decoder); unexpected keys and shape mismatches are errors.
+    only load weights the checkpoint overwrites.
     """
-    from safetensors.torch import load_file
-
     try:
         bert_config = cfg.model.bert_config(vocab_size)
     except OSError as err:  # model.init_from names a hub model and the hub is out of reach
         raise RunError(f"cannot read the BertConfig of model.init_from={cfg.model.init_from!r}: {err}") from None
-    model = RealmModel.from_config(bert_config, cfg.retriever)
-    try:
-        state = load_file(str(weights))
-    except Exception as err:  # noqa: BLE001 - safetensors raises its own SafetensorError
-        raise RunError(f"cannot read {weights}: {err}") from None
-    try:
-        result = model.load_state_dict(state, strict=False)
-    except RuntimeError as err:  # shape mismatches
-        raise RunError(f"{weights} does not fit the model of the run's config: {err}") from None
-    aliases: dict[int, list[str]] = defaultdict(list)
-    for name, tensor in model.state_dict().items():
-        aliases[tensor.untyped_storage().data_ptr()].append(name)
-    alias_of = {name: names for names in aliases.values() for name in names}
-    untied = [k for k in result.missing_keys if not any(a in state for a in alias_of.get(k, []) if a != k)]
-    if untied or result.unexpected_keys:
-        raise RunError(
-            f"{weights} does not match the model of the run's config: missing {untied[:5]}"
-            f"{' ...' if len(untied) > 5 else ''}, unexpected {result.unexpected_keys[:5]}"
-            f"{' ...' if len(result.unexpected_keys) > 5 else ''}"
-        )
-    return model.eval()
+    return load_weights(RealmModel.from_config(bert_config, cfg.retriever), weights).eval()
 
 
 def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:

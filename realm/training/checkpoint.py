@@ -15,9 +15,11 @@ from __future__ import annotations
 import json
 import logging
 import shutil
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
@@ -161,3 +163,32 @@ def load_rank_tensors(path: Path, rank: int) -> dict[str, Tensor]:
     """The tensors process ``rank`` saved in the checkpoint at ``path`` ({} when it saved none)."""
     file = path / RANK_TENSORS.format(rank=rank)
     return load_file(file) if file.is_file() else {}
+
+
+def load_weights(model: torch.nn.Module, weights: Path) -> torch.nn.Module:
+    """Loads a checkpoint's ``model.safetensors`` into ``model`` (of the checkpoint's shape) and returns it.
+
+    accelerate saves the model without the tensors that alias another one (the MLM decoder tied to the word
+    embeddings: safetensors cannot store aliases), so a missing key is accepted only when a tensor it aliases was
+    loaded; any other missing key, an unexpected key or a shape mismatch is a ``RunError`` naming the file.
+    """
+    try:
+        state = load_file(str(weights))
+    except Exception as err:  # noqa: BLE001 - safetensors raises its own SafetensorError
+        raise RunError(f"cannot read {weights}: {err}") from None
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:  # shape mismatches
+        raise RunError(f"{weights} does not fit the model of the run's config: {err}") from None
+    aliases: dict[int, list[str]] = defaultdict(list)
+    for name, tensor in model.state_dict().items():
+        aliases[tensor.untyped_storage().data_ptr()].append(name)
+    alias_of = {name: names for names in aliases.values() for name in names}
+    untied = [k for k in result.missing_keys if not any(a in state for a in alias_of.get(k, []) if a != k)]
+    if untied or result.unexpected_keys:
+        raise RunError(
+            f"{weights} does not match the model of the run's config: missing {untied[:5]}"
+            f"{' ...' if len(untied) > 5 else ''}, unexpected {result.unexpected_keys[:5]}"
+            f"{' ...' if len(result.unexpected_keys) > 5 else ''}"
+        )
+    return model

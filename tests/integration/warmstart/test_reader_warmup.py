@@ -7,6 +7,7 @@ import torch
 from transformers import BertForMaskedLM
 
 from realm.core.config import load_config
+from realm.core.logging import read_metrics
 from realm.data.blocks import BlockStore, load_blocks
 from realm.data.masking import MaskingError
 from realm.data.packing import SpecialIds
@@ -88,3 +89,38 @@ def test_warmup_publishes_an_encoder_that_pretraining_can_load(tiny_world, tmp_p
     assert mlm.config.num_hidden_layers == cfg.model.num_layers
     lines = (tmp_path / "warmup" / "metrics.jsonl").read_text().splitlines()
     assert len(lines) == 2  # steps 2 and 4
+
+
+def test_closed_book_reads_the_null_document(block_sentences):
+    """task.closed_book: the query alone, ``[CLS] masked sentence [SEP] [SEP]``, as REALM's null slot reads it."""
+    special, _, rows = block_sentences
+    batch = TrivialRetrievalCollator(special, None, 32, 48, "salient", seed=0)(
+        [{**rows[i], "idx": i, "epoch": 0} for i in range(16)]
+    )
+    for b in range(batch.size):
+        ids = batch.input_ids[b][batch.attention_mask[b].bool()].tolist()
+        assert ids[0] == special.cls and ids[-2:] == [special.sep, special.sep] and ids.count(special.sep) == 2
+        assert special.mask in ids
+
+
+def test_a_closed_book_encoder_memorises_the_facts_it_reads(tiny_world, tmp_path):
+    """The memoriser of bench/memorisation.py learns: closed book on Z's fact sentences, it comes to reproduce them
+    (a held-back set would need retrieval; these it has read)."""
+    cfg = load_config(
+        WarmupConfig,
+        "configs/warmup/demo.yaml",
+        {
+            "train": {"run_dir": str(tmp_path / "memoriser"), "max_steps": 400, "log_interval": 100},
+            "data": {"tokenizer": str(tiny_world["tokenizer"]), "blocks": str(tiny_world["blocks"])},
+            "task": {"closed_book": True, "sentences": str(tiny_world["z_facts"])},
+            "optim": {"decay_steps": 100},
+        },
+    )
+    train_warmup(cfg)
+    accuracy = [r["warmup/span_accuracy"] for r in read_metrics(tmp_path / "memoriser" / "metrics.jsonl")]
+    assert accuracy[0] < 0.2 and accuracy[-1] > 0.6, accuracy
+
+
+def test_a_sentences_file_needs_closed_book():
+    with pytest.raises(ValueError, match="task.sentences needs task.closed_book=true"):
+        load_config(WarmupConfig, "configs/warmup/demo.yaml", {"task": {"sentences": "x.jsonl"}})

@@ -21,6 +21,7 @@ FILES = (
     "pretrain.jsonl",
     "heldout.jsonl",
     "entities.jsonl",
+    "z_facts.jsonl",
     "questions.jsonl",
     "questions_train.jsonl",
     "questions_heldout.jsonl",
@@ -73,7 +74,7 @@ def test_full_world_generates_and_writes_quickly(tmp_path: Path) -> None:
 
 def test_written_files_match_the_world_and_its_counts(tmp_path: Path, small_world: World) -> None:
     paths = write_world(small_world, tmp_path)
-    for name in ("corpus", "pretrain", "heldout", "entities", "questions"):
+    for name in ("corpus", "pretrain", "heldout", "entities", "questions", "z_facts"):
         lines = paths[name].read_text(encoding="utf-8").splitlines()
         assert [json.loads(line) for line in lines] == getattr(small_world, name)
     for name, heldout in (("questions_train", False), ("questions_heldout", True)):
@@ -270,3 +271,16 @@ def swapped_fact(world: World, record: dict) -> str:
     """The fact an X record states, looked up in the world's entities."""
     entity = next(e for e in world.entities if e["id"] == record["entity_id"])
     return entity["facts"][record["relation"]]
+
+
+def test_z_facts_give_the_sentence_of_the_article_that_states_each_fact(full_world: World) -> None:
+    """What a closed-book model memorises of Z (bench/memorisation.py): one sentence per fact, cut from the entity's
+    own article, with the value's exact offsets."""
+    articles = {doc["id"]: doc["text"] for doc in full_world.corpus}
+    facts = {(e["id"], relation): value for e in full_world.entities for relation, value in e["facts"].items()}
+    heldout = {e["id"]: e["heldout"] for e in full_world.entities}
+    assert sorted((r["entity_id"], r["relation"]) for r in full_world.z_facts) == sorted(facts)
+    for r in full_world.z_facts:
+        assert r["text"] in articles[r["doc_id"]] and r["text"].endswith(".")
+        assert r["text"][r["answer_start"] : r["answer_end"]] == r["answer"] == facts[(r["entity_id"], r["relation"])]
+        assert r["heldout"] == heldout[r["entity_id"]]
