@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from finetune.task import TaskConfig
+from finetune.task import TASKS, TaskConfig
 from realm.core.atomic import write_text_atomic
 from realm.core.config import from_dict, load_config
 from realm.core.errors import ArgumentError, run_command
@@ -77,7 +77,7 @@ def load_qa_run(out_dir: str | Path):
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="realm evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("out", help="a realm finetune output folder")
-    parser.add_argument("--task", required=True, choices=("nq", "wq", "ct", "squad", "jsonl"))
+    parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--data", required=True, help="question file (or hf:<split> for nq / wq)")
     parser.add_argument("--name", default=None, help="folder under OUT/eval (default: the data file's stem)")
     parser.add_argument("--batch-size", type=int, default=16)

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
 
 from realm.core.errors import DataFileError
-from realm.qa.datasets import load_task
+from realm.qa.datasets import Task, load_task
 from realm.qa.datasets.common import LoadStats
 
-TASKS = ("nq", "wq", "ct", "squad", "jsonl")
+TASKS: tuple[str, ...] = typing.get_args(Task)
 
 
 @dataclass(kw_only=True, slots=True)
@@ -16,7 +17,8 @@ class TaskConfig:
     """The questions: a task format and files (``hf:<split>`` reads nq_open / web_questions from the hub)."""
 
     name: str = "nq"
-    """``nq``, ``wq``, ``ct`` (regex answers), ``squad`` or ``jsonl`` (generic, fields below)."""
+    """``nq``, ``wq``, ``ct`` (regex answers), ``squad``, ``dpr`` (DPR's qas format: NQ and TriviaQA as DPR split
+    them) or ``jsonl`` (generic, fields below)."""
     train: str = ""
     dev: str = ""
     """Evaluated at the start, every ``finetune.eval_interval`` steps and at the end (optional)."""

@@ -121,9 +121,12 @@ def main_vocab(argv: list[str]) -> int:
 
 
 def main_blocks(argv: list[str]) -> int:
-    """``realm blocks``: reads a corpus (jsonl, DPR tsv, HF dataset), cuts it into blocks and saves them."""
+    """``realm blocks``: reads a corpus (jsonl, a JSON object, DPR tsv, HF dataset), cuts it into blocks and saves
+    them."""
+    import typing
+
     from realm.data.blocks import build_blocks_from_config
-    from realm.data.corpus import CorpusConfig
+    from realm.data.corpus import CorpusConfig, CorpusFormat
     from realm.data.vocab import load_tokenizer
 
     parser = argparse.ArgumentParser(
@@ -135,7 +138,7 @@ def main_blocks(argv: list[str]) -> int:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--config", help="YAML file of a realm.data.corpus.CorpusConfig")
     source.add_argument("--input", help="jsonl/tsv file, saved dataset folder, or hub dataset name")
-    parser.add_argument("--format", choices=("jsonl", "dpr_tsv", "hf", "hf_disk"), default=None)
+    parser.add_argument("--format", choices=typing.get_args(CorpusFormat), default=None)
     parser.add_argument("--title-field", default=None, help="title field; 'null' takes the text's first line")
     parser.add_argument("--text-field", default=None)
     parser.add_argument("--max-block-length", type=int, default=None, help="wordpieces with specials (288)")

@@ -225,13 +225,9 @@ def _parse_scalar(raw: str) -> Any:
     return value
 
 
-def merge(base: dict[str, Any], update: dict[str, Any], where: str = "config") -> dict[str, Any]:
+def _merge(base: dict[str, Any], update: dict[str, Any], key: str, origins: _Origins) -> dict[str, Any]:
     """Recursively merges ``update`` into a copy of ``base``; a section on one side and a scalar on the other is an
     error (``train: 5`` in a file must not be silently replaced by an override's section and its defaults)."""
-    return _merge(base, update, "", _Origins(where))
-
-
-def _merge(base: dict[str, Any], update: dict[str, Any], key: str, origins: _Origins) -> dict[str, Any]:
     out = dict(base)
     for name, value in update.items():
         old = out.get(name)

@@ -7,9 +7,9 @@ must be unique (``check_unique_ids``).
 
 from __future__ import annotations
 
-import csv
 import hashlib
 import logging
+import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Literal
@@ -18,11 +18,12 @@ import datasets
 import numpy as np
 
 from realm.core.errors import DataFileError
-from realm.data.jsonl import iter_jsonl
+from realm.data.jsonl import iter_json_object, iter_jsonl
+from realm.data.tsv import iter_tsv
 
 logger = logging.getLogger(__name__)
 
-CorpusFormat = Literal["jsonl", "dpr_tsv", "hf", "hf_disk"]
+CorpusFormat = Literal["jsonl", "json_object", "dpr_tsv", "hf", "hf_disk"]
 
 
 class CorpusError(DataFileError):
@@ -69,7 +70,9 @@ class CorpusConfig:
     path: str = ""
     """A jsonl or tsv file, a folder written by ``Dataset.save_to_disk`` (hf_disk), or a hub dataset name (hf)."""
     format: CorpusFormat = "jsonl"
-    """One of jsonl, dpr_tsv (DPR's ``psgs_w100.tsv``), hf (``datasets.load_dataset``), hf_disk (``load_from_disk``)."""
+    """One of jsonl, json_object (one object mapping each document id to its record, e.g. the Wikipedia Vital
+    summaries with ``text_field: extract``), dpr_tsv (DPR's ``psgs_w100.tsv``), hf (``datasets.load_dataset``),
+    hf_disk (``load_from_disk``)."""
     id_field: str = "id"
     """Field or column with the document id (hf/hf_disk fall back to the row number if the column is absent)."""
     title_field: str | None = "title"
@@ -91,8 +94,8 @@ class CorpusConfig:
     """Title wordpieces kept in a block; longer titles are truncated."""
 
     def __post_init__(self) -> None:
-        if self.format not in ("jsonl", "dpr_tsv", "hf", "hf_disk"):
-            raise ValueError(f"format must be jsonl, dpr_tsv, hf or hf_disk, got {self.format!r}")
+        if self.format not in typing.get_args(CorpusFormat):
+            raise ValueError(f"format must be one of {', '.join(typing.get_args(CorpusFormat))}, got {self.format!r}")
         if self.max_title_length < 0:
             raise ValueError(f"max_title_length must be >= 0, got {self.max_title_length}")
         if self.max_block_length < self.max_title_length + 4:
@@ -185,40 +188,57 @@ def read_jsonl(
     return documents()
 
 
+def read_json_object(
+    path: str | Path, *, title_field: str | None = "title", text_field: str = "text", skip_malformed: bool = False,
+    stats: CorpusStats | None = None,
+) -> Iterator[Document]:
+    """Documents of a file holding one JSON object ``{id: {title_field: ..., text_field: ...}, ...}`` (the Wikipedia
+    Vital summaries: ``{title: {"title", "extract", "description", "topic"}}``); the key is the document id, and
+    ``title_field`` null takes the key as the title too. Errors name ``file:line`` of the entry; other arguments are
+    those of ``read_jsonl``."""
+    path = _existing_file(path)
+    stats = stats if stats is not None else CorpusStats()
+
+    def documents() -> Iterator[Document]:
+        for where, key, record in iter_json_object(path):
+            text = record.get(text_field) if isinstance(record, dict) else None
+            title = (record.get(title_field) if title_field else key) if isinstance(record, dict) else None
+            if not isinstance(text, str) or not isinstance(title, str):
+                fields = [text_field] + ([title_field] if title_field else [])
+                _reject(where, f"entry {key!r} needs string field(s) {fields}", skip_malformed, stats)
+                continue
+            stats.num_records += 1
+            yield Document(id=key, title=title.strip(), text=text.strip(), where=where)
+        _report(path, stats)
+
+    return documents()
+
+
 def read_dpr_tsv(
     path: str | Path, *, skip_malformed: bool = False, stats: CorpusStats | None = None
 ) -> Iterator[Document]:
     """Documents of DPR's ``psgs_w100.tsv``: a header ``id<TAB>text<TAB>title``, fields quoted as in csv.
 
     DPR quotes the text and doubles inner quotes (``"Aaron ( or ; ""Ahärôn"") is ..."``); the csv module undoes
-    that. Line numbers in errors are physical lines (a quoted field may span several). Arguments and errors are
+    that. Errors name the physical line a row starts on (a quoted field may span several). Arguments and errors are
     those of ``read_jsonl``.
     """
     path = _existing_file(path)
     stats = stats if stats is not None else CorpusStats()
 
     def documents() -> Iterator[Document]:
-        with path.open(encoding="utf-8", newline="") as handle:
-            rows = csv.reader(handle, delimiter="\t", strict=True)
-            header = next(rows, None)
-            if header is None or sorted(header) != ["id", "text", "title"]:
-                raise CorpusError(f"{path}:1: expected the header id, text, title (tab-separated), got {header}")
-            column = {name: i for i, name in enumerate(header)}
-            while True:
-                try:
-                    row = next(rows)
-                except StopIteration:
-                    break
-                except csv.Error as err:
-                    _reject(f"{path}:{rows.line_num}", f"bad quoting ({err})", skip_malformed, stats)
-                    continue
-                if len(row) != 3:
-                    reason = f"expected 3 tab-separated columns, got {len(row)}"
-                    _reject(f"{path}:{rows.line_num}", reason, skip_malformed, stats)
-                    continue
-                stats.num_records += 1
-                title, text = row[column["title"]].strip(), row[column["text"]].strip()
-                yield Document(id=row[column["id"]], title=title, text=text, where=f"{path}:{rows.line_num}")
+        rows = iter_tsv(path, lambda where, reason: _reject(where, reason, skip_malformed, stats))
+        _, header = next(rows, (None, None))
+        if header is None or sorted(header) != ["id", "text", "title"]:
+            raise CorpusError(f"{path}:1: expected the header id, text, title (tab-separated), got {header}")
+        column = {name: i for i, name in enumerate(header)}
+        for where, row in rows:
+            if len(row) != 3:
+                _reject(where, f"expected 3 tab-separated columns, got {len(row)}", skip_malformed, stats)
+                continue
+            stats.num_records += 1
+            title, text = row[column["title"]].strip(), row[column["text"]].strip()
+            yield Document(id=row[column["id"]], title=title, text=text, where=where)
         _report(path, stats)
 
     return documents()
@@ -296,6 +316,11 @@ def read_documents(cfg: CorpusConfig, stats: CorpusStats | None = None) -> Itera
         return read_jsonl(cfg.path, **fields, skip_malformed=cfg.skip_malformed, stats=stats)
     if cfg.format == "dpr_tsv":
         return read_dpr_tsv(cfg.path, skip_malformed=cfg.skip_malformed, stats=stats)
+    if cfg.format == "json_object":
+        return read_json_object(
+            cfg.path, title_field=cfg.title_field, text_field=cfg.text_field, skip_malformed=cfg.skip_malformed,
+            stats=stats,
+        )  # fmt: skip
     return read_hf(
         cfg.path,
         from_disk=cfg.format == "hf_disk",

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from realm.core.errors import DataFileError
 
@@ -55,3 +56,42 @@ def iter_field(paths: str | Path | list, field: str) -> Iterator[str]:
             if not isinstance(record[field], str):
                 raise DataFileError(f"{where}: field {field!r} is {type(record[field]).__name__}, not a string")
             yield record[field]
+
+
+def iter_json_object(path: str | Path) -> Iterator[tuple[str, str, Any]]:
+    """``(file:line, key, value)`` of each entry of a file holding one JSON object, decoded entry by entry so that
+    errors can name the line where an entry starts (a syntax error raises ``DataFileError``: nothing after it can be
+    read, so there is nothing to skip to). A missing file raises ``FileNotFoundError``."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"file not found: {path}")
+    text = path.read_text(encoding="utf-8")
+    decoder, ws = json.JSONDecoder(), re.compile(r"\s*")
+    counted = [0, 1]  # note: (position, its line), advanced as the scan moves forward: counting from 0 each time
+    # would be quadratic in the file's size
+
+    def where(pos: int) -> str:
+        counted[1] += text.count("\n", counted[0], pos)
+        counted[0] = pos
+        return f"{path}:{counted[1]}"
+
+    pos = ws.match(text, 0).end()
+    if not text.startswith("{", pos):
+        raise DataFileError(f"{where(pos)}: expected a JSON object mapping ids to records")
+    pos = ws.match(text, pos + 1).end()
+    while not text.startswith("}", pos):
+        at = where(pos)
+        try:
+            key, pos = decoder.raw_decode(text, pos)
+            pos = ws.match(text, pos).end()
+            if not text.startswith(":", pos) or not isinstance(key, str):
+                raise ValueError("expected a string key and ':'")
+            value, pos = decoder.raw_decode(text, ws.match(text, pos + 1).end())
+        except ValueError as err:
+            raise DataFileError(f"{at}: not valid JSON ({err})") from None
+        yield at, key, value
+        pos = ws.match(text, pos).end()
+        if text.startswith(",", pos):
+            pos = ws.match(text, pos + 1).end()
+        elif not text.startswith("}", pos):
+            raise DataFileError(f"{where(pos)}: expected ',' or '}}' after an entry")

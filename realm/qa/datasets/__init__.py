@@ -11,6 +11,7 @@ One module per format family; each module's docstring describes its formats (the
 
 - ``common``: ``QAExample``, ``LoadStats`` and the checks every loader shares.
 - ``generic``: any jsonl or tsv file, fields or columns named by the caller.
+- ``dpr``: DPR's qas format (``question<TAB>['answer', ...]``), its NQ and TriviaQA splits.
 - ``nq``: NQ-open jsonl and HF ``nq_open``.
 - ``webquestions``: Stanford json, DrQA txt, brmson json and HF ``web_questions``.
 - ``curatedtrec``: DrQA txt and brmson tsv (regex answers).
@@ -29,6 +30,7 @@ from typing import Any, Literal
 from realm.core.errors import DataFileError
 from realm.qa.datasets.common import LoadStats, QAExample, _existing_file
 from realm.qa.datasets.curatedtrec import load_curatedtrec_drqa, load_curatedtrec_tsv
+from realm.qa.datasets.dpr import load_dpr_qas
 from realm.qa.datasets.generic import load_qa_jsonl, load_qa_tsv
 from realm.qa.datasets.nq import load_hf_nq_open, load_nq_open
 from realm.qa.datasets.squad import load_squad
@@ -40,7 +42,7 @@ from realm.qa.datasets.webquestions import (
     parse_target_value,
 )
 
-Task = Literal["nq", "wq", "ct", "squad", "jsonl"]
+Task = Literal["nq", "wq", "ct", "squad", "jsonl", "dpr"]
 
 __all__ = [
     "DataFileError",
@@ -48,6 +50,7 @@ __all__ = [
     "QAExample",
     "load_curatedtrec_drqa",
     "load_curatedtrec_tsv",
+    "load_dpr_qas",
     "load_hf_nq_open",
     "load_hf_web_questions",
     "load_nq_open",
@@ -89,6 +92,7 @@ def load_task(task: Task, path: str, **kw: Any) -> list[QAExample]:
     - ``ct``: ``.txt``/``.jsonl`` DrQA; ``.tsv`` brmson.
     - ``squad``: SQuAD v1.1 json (questions only; use ``load_squad`` for the paragraphs too).
     - ``jsonl``: ``load_qa_jsonl`` (``kw`` picks the fields).
+    - ``dpr``: DPR's qas format (``load_dpr_qas``): NQ and TriviaQA as DPR, RAG and FiD split them.
     Extra keyword arguments (``skip_malformed``, ``stats``, ...) go to the loader.
     """
     split = _hf_split(path)
@@ -118,4 +122,6 @@ def load_task(task: Task, path: str, **kw: Any) -> list[QAExample]:
         return load_squad(path, **kw)[0]
     if task == "jsonl":
         return load_qa_jsonl(path, **kw)
-    raise ValueError(f"task must be nq, wq, ct, squad or jsonl, got {task!r}")
+    if task == "dpr":
+        return load_dpr_qas(path, **kw)
+    raise ValueError(f"task must be nq, wq, ct, squad, jsonl or dpr, got {task!r}")

@@ -110,7 +110,7 @@ def test_a_closed_book_encoder_memorises_the_facts_it_reads(tiny_world, tmp_path
         WarmupConfig,
         "configs/warmup/demo.yaml",
         {
-            "train": {"run_dir": str(tmp_path / "memoriser"), "max_steps": 400, "log_interval": 100},
+            "train": {"run_dir": str(tmp_path / "memoriser"), "max_steps": 300, "log_interval": 100},
             "data": {"tokenizer": str(tiny_world["tokenizer"]), "blocks": str(tiny_world["blocks"])},
             "task": {"closed_book": True, "sentences": str(tiny_world["z_facts"])},
             "optim": {"decay_steps": 100},
