@@ -16,7 +16,7 @@ from realm.core.logging import read_metrics
 from tests.helpers import ROOT, builder_pids, run_module, subprocess_env
 
 pytestmark = pytest.mark.slow
-TRIALS = 3
+TRIALS = 2
 SEED = 1234
 
 
