@@ -6,13 +6,12 @@ On the demo world, from the demo's shared start (world, vocabulary, blocks, read
 each fact (``z_facts.jsonl``, every entity's, held-out ones included), trained in chunks until its span accuracy on
 the held-out entities' Z sentences (the facts it must hold) reaches ``--target`` (0.95), or ``--max-steps``. Then:
 
-| row | what it is |
-|---|---|
-| ``memoriser@N`` | the memoriser after N steps: closed book on the Z sentences it memorised and on the held-out paraphrases (X-style sentences of the same facts); with the ICT index, memorise-then-retrieve before any REALM step |
-| ``realm`` | REALM pre-training, the demo recipe, ``--realm-steps`` steps |
-| ``realm_at_memoriser_compute`` | REALM given the wall seconds the memoriser needed to reach the target |
-| ``memoriser_at_realm_compute`` | the memoriser's chunk nearest to the realm row's wall seconds |
-| ``memorise_then_realm`` | REALM pre-training starting from the memorised encoder instead of the warmed-up one |
+- ``memoriser@N``: the memoriser after N steps: closed book on the Z sentences it memorised and on the held-out
+  paraphrases (X-style sentences of the same facts); with the ICT index, memorise-then-retrieve before any REALM step;
+- ``realm``: REALM pre-training, the demo recipe, ``--realm-steps`` steps;
+- ``realm_at_memoriser_compute``: REALM given the wall seconds the memoriser needed to reach the target;
+- ``memoriser_at_realm_compute``: the memoriser's chunk nearest to the realm row's wall seconds;
+- ``memorise_then_realm``: REALM pre-training starting from the memorised encoder instead of the warmed-up one.
 
 Compute is wall seconds of training on this machine (the memoriser's chunks add up; evaluation is not counted), so
 run it with nothing else on the cores. Every figure is whole-span accuracy of the masked fact (``evaluate_heldout``).

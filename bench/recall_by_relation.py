@@ -31,7 +31,8 @@ def gold_ranks(run_dir: Path) -> tuple[list[int], list[list[int]], list[str]]:
     the blocks' titles (by block id)."""
     run = load_run(run_dir)
     cfg = run.cfg
-    blocks = embed_corpus(run.model.retriever.doc_embedder, run.store.blocks, run.special, cfg.retriever.max_block_length)
+    embedder, length = run.model.retriever.doc_embedder, cfg.retriever.max_block_length
+    blocks = embed_corpus(embedder, run.store.blocks, run.special, length)
     rows = prepared_sentences(cfg.data.heldout, run.tokenizer, None, cfg.retriever.max_query_length, run_dir / "data")
     gold = gold_block_ids(run.store, gold_titles(cfg.data.heldout))
     ranks, tops = [], []
