@@ -43,7 +43,8 @@ from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.evaluation import evaluate_heldout, gold_titles  # noqa: E402
 from realm.pretrain.model import RealmModel  # noqa: E402
-from realm.run.layout import checkpoints_dir  # noqa: E402
+from realm.pretrain.saved_run import MODEL_FILE  # noqa: E402
+from realm.run.layout import CHECKPOINT_PREFIX, checkpoints_dir  # noqa: E402
 from realm.run.publication import folder_name, replace_published  # noqa: E402
 from realm.training.checkpoint import load_weights  # noqa: E402
 from warmstart.reader import WarmupConfig, train_warmup  # noqa: E402
@@ -112,7 +113,7 @@ def memoriser_config(run: Path, paths: dict[str, Path], data: dict[str, Path], s
 def checkpoint_encoder(run: Path, step: int, init_from: Path) -> KnowledgeAugmentedEncoder:
     """The memoriser's encoder in its checkpoint of ``step`` (the run stops at each chunk; nothing is published)."""
     encoder = KnowledgeAugmentedEncoder.from_pretrained(str(init_from))  # the shape; every weight is overwritten
-    weights = checkpoints_dir(run) / folder_name("step-", step) / "model.safetensors"
+    weights = checkpoints_dir(run) / folder_name(CHECKPOINT_PREFIX, step) / MODEL_FILE
     return load_weights(encoder, weights).eval()
 
 

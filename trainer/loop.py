@@ -34,6 +34,7 @@ from realm.pretrain.model import RealmModel, build_model
 from realm.pretrain.step import LOSS_UNITS, StepOutput, batch_counts, train_step
 from realm.pretrain.retrieval_table import RETRIEVALS_FILE, log_retrieval_table, retrieval_rows
 from realm.run.layout import (
+    INDEX_STEP,
     clear_done,
     export_retriever,
     has_version,
@@ -92,7 +93,7 @@ class Trainer:
         self.schedule = cfg.refresh.schedule()
         self.loop.appended_logs.append(RETRIEVALS_FILE)
         state = self.loop.resume()
-        self.resumed_index_step: int | None = state.get("index_step")
+        self.resumed_index_step: int | None = state.get(INDEX_STEP)
         """The index version the checkpoint searched (None for a fresh run): a resumed run starts on it."""
         self.totals = RunTotals(**state.get("totals", {}))
         self.metrics = self.loop.metrics
@@ -362,7 +363,7 @@ class Trainer:
 
     def save(self) -> None:
         self.loop.save(
-            {"index_step": self.index.step if self.index else None, "totals": vars(self.totals)},
+            {INDEX_STEP: self.index.step if self.index else None, "totals": vars(self.totals)},
             rank_tensors=self.candidates.pending_choice(),
         )
 

@@ -81,10 +81,6 @@ class MetricsLogger:
             )
         return len(lines) - len(kept)
 
-    def size(self) -> int:
-        """Bytes written so far (a checkpoint records it, ``cut_log`` restores it)."""
-        return self.path.stat().st_size if self.path is not None and self.path.is_file() else 0
-
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

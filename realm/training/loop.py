@@ -145,9 +145,10 @@ class TrainingLoop:
             for leftover in clean_staging(checkpoints_dir(self.run_dir)):
                 logger.warning("removed %s, left by a killed run", leftover)
             # note: newer checkpoints that fail verification are set aside first, so the others resolve the same one
-            resolve_resume(self.run_dir, self.cfg.resume, set_aside_rejected=True)
+            path = resolve_resume(self.run_dir, self.cfg.resume, set_aside_rejected=True)
         self.accelerator.wait_for_everyone()
-        path = resolve_resume(self.run_dir, self.cfg.resume)
+        if not self.accelerator.is_main_process:
+            path = resolve_resume(self.run_dir, self.cfg.resume)
         state = {} if path is None else load_checkpoint(self.accelerator, path, self.scheduler)
         self.rank_tensors = {} if path is None else load_rank_tensors(path, self.accelerator.process_index)
         self.step = int(state.get("step", 0))
