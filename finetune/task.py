@@ -22,6 +22,9 @@ class TaskConfig:
     train: str = ""
     dev: str = ""
     """Evaluated at the start, every ``finetune.eval_interval`` steps and at the end (optional)."""
+    dev_name: str = ""
+    """The dev file's format when it differs from the training file's (e.g. ``dpr`` questions to train on, NQ-open
+    dev as ``nq`` to evaluate on); empty: ``name``."""
     question_field: str = "question"
     """``jsonl`` only."""
     answers_field: str = "answers"
@@ -34,14 +37,18 @@ class TaskConfig:
     """Evaluate on the first N dev questions (0: all)."""
 
     def __post_init__(self) -> None:
-        if self.name not in TASKS:
-            raise ValueError(f"task.name must be one of {TASKS}, got {self.name!r}")
+        for key in ("name", "dev_name"):
+            value = getattr(self, key)
+            if (value or key == "name") and value not in TASKS:
+                raise ValueError(f"task.{key} must be one of {TASKS}, got {value!r}")
 
-    def load(self, path: str, limit: int = 0):
+    def load(self, path: str, limit: int = 0, *, dev: bool = False):
+        """The questions of ``path`` (the first ``limit``; 0: all), read as the dev file's format when ``dev``."""
+        name = (self.dev_name or self.name) if dev else self.name
         kw = {"skip_malformed": self.skip_malformed, "stats": LoadStats()}
-        if self.name == "jsonl":
+        if name == "jsonl":
             kw.update(question_field=self.question_field, answers_field=self.answers_field, regex=self.regex)
-        examples = load_task(self.name, path, **kw)
+        examples = load_task(name, path, **kw)
         if not examples:
             raise DataFileError(f"{path}: no questions")
         return examples[:limit] if limit else examples

@@ -31,9 +31,9 @@ from realm.core.logging import init_logging, progress
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.blocks import BlocksInput, check_blocks_tokenizer
-from realm.data.vocab import load_tokenizer
 from realm.index.mips import IndexConfig
 from realm.models.bert import ModelConfig
+from realm.models.pretrained import load_model_tokenizer
 from realm.models.reader import ReaderConfig
 from realm.models.retriever import RetrieverConfig
 from realm.qa.batch import QACollator, QuestionSet
@@ -101,9 +101,10 @@ class Finetuner:
         self.out = start_job(cfg.train, self.accelerator, cfg)
         # note: the question files are read first, so a bad path or record fails before any model or index work
         train_examples = cfg.task.load(cfg.task.train)
-        dev_examples = cfg.task.load(cfg.task.dev, cfg.task.max_dev_questions) if cfg.task.dev else None
+        dev_examples = cfg.task.load(cfg.task.dev, cfg.task.max_dev_questions, dev=True) if cfg.task.dev else None
         start = starting_point(cfg.init, cfg.data, cfg.model, cfg.retriever, cfg.reader)
-        self.tokenizer = load_tokenizer(start.tokenizer_path)
+        # note: with init.bert, a data.tokenizer of another vocabulary is refused, naming both
+        self.tokenizer = load_model_tokenizer(start.tokenizer_path, cfg.init.bert or None)
         # note: before the frozen index embeds every block, work that a mismatch would waste
         check_blocks_tokenizer(start.blocks_path, self.tokenizer)
         is_main = self.accelerator.is_main_process

@@ -14,26 +14,15 @@ import logging
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
-from accelerate import Accelerator
-
-from finetune.train import FinetuneConfig, Finetuner
+from finetune.train import FinetuneConfig
+from pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
+from pipeline.synthetic import make_world_data
+from pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
 from realm.core.config import load_config
 from realm.core.errors import run_command
-from realm.core.logging import MetricsLogger, init_logging, set_num_threads
-from realm.data.blocks import build_blocks_from_config
-from realm.data.corpus import CorpusConfig
-from realm.data.jsonl import iter_field
-from realm.data.vocab import train_wordpiece
-from realm.data.world import WorldConfig, generate_world, write_world
-from realm.models.bert import ModelConfig
+from realm.core.logging import init_logging, set_num_threads
 from realm.pretrain.config import PretrainConfig
-from realm.pretrain.evaluation import evaluate_heldout
-from realm.training.accelerator import enable_tf32
-from trainer.loop import Trainer
-from warmstart.ict import ICTConfig, train_ict
-from warmstart.reader import WarmupConfig, train_warmup
 
 logger = logging.getLogger(__name__)
 
@@ -75,62 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def make_world_data(run: Path, seed: int, num_entities: int, vocab_size: int, max_block_length: int) -> dict[str, Path]:
-    """The generated world under ``run/world``, its WordPiece vocabulary (``run/tokenizer``) and its corpus cut into
-    blocks (``run/blocks``); returns the world's file paths plus ``tokenizer`` and ``blocks``."""
-    paths = write_world(generate_world(WorldConfig(seed=seed, num_entities=num_entities)), run / "world")
-    tokenizer = train_wordpiece(iter_field([paths["corpus"], paths["pretrain"]], "text"), vocab_size, run / "tokenizer")
-    corpus = CorpusConfig(path=str(paths["corpus"]), max_block_length=max_block_length)
-    build_blocks_from_config(corpus, tokenizer, run / "blocks")
-    return {**paths, "tokenizer": run / "tokenizer", "blocks": run / "blocks"}
-
-
-def _stage_config(
-    cls: type, path: str, section: str, run: Path, paths: dict[str, Path], args: argparse.Namespace,
-    steps: int | None, extra: dict | None = None,
-):  # fmt: skip
-    """The config of a warm-start stage (``warmup``, ``ict``) writing to ``run/<section>`` on the demo's data."""
-    train = {"run_dir": str(run / section), "seed": args.seed, **({"max_steps": steps} if steps else {})}
-    data = {"tokenizer": str(paths["tokenizer"]), "blocks": str(paths["blocks"])}
-    return load_config(cls, path, {"train": train, "data": data, **(extra or {})})
-
-
-# note: the encoder's shape must be the same in every stage (the warmed-up encoder initialises ICT and
-# pre-training), so the pre-training config's shape (its YAML, e.g. configs/pretrain/demo_gpu.yaml, and any
-# --model.<key>=V given to the demo) reaches all three; the demo configs' rates are scaled to the width
-# (optim.lr_base_width), so the shape is the only thing to change for a larger encoder
-SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
-
-
-def encoder_shape(model: ModelConfig) -> dict[str, Any]:
-    """The shape keys of the pre-training encoder, as the ``model`` section of a warm-start stage's config."""
-    return {key: getattr(model, key) for key in SHAPE_KEYS}
-
-
-def warm_start(args: argparse.Namespace, run: Path, paths: dict[str, Path], shape: dict[str, Any]) -> dict[str, float]:
-    """Reader warm-up (unless ``--warmup-steps 0``) into ``run/warmup``, then ICT into ``run/ict``, initialised from
-    the warmed-up encoder, both with the encoder ``shape``; returns the seconds of each stage."""
-    stages = {}
-    warmed_up = args.warmup_steps != 0
-    if warmed_up:
-        t = time.perf_counter()
-        train_warmup(
-            _stage_config(
-                WarmupConfig, args.warmup_config, "warmup", run, paths, args, args.warmup_steps, {"model": shape}
-            )
-        )
-        stages["warmup_s"] = time.perf_counter() - t
-    # note: REALM starts both towers and the encoder from one BERT; here the warmed-up encoder plays BERT's part
-    # (measured on the demo world: ICT recall@4 0.674 from it, 0.623 from a random BERT)
-    t = time.perf_counter()
-    train_ict(
-        _stage_config(
-            ICTConfig, args.ict_config, "ict", run, paths, args, args.ict_steps,
-            {"model": {**shape, **({"init_from": str(run / "warmup" / "encoder")} if warmed_up else {})}},
-        )  # fmt: skip
-    )
-    stages["ict_s"] = time.perf_counter() - t
-    return stages
+def warm_start_config(args: argparse.Namespace) -> WarmStartConfig:
+    """The demo's warm start: its two recipes, with the step counts the command line overrides."""
+    return WarmStartConfig(
+        warmup_config=args.warmup_config, ict_config=args.ict_config, warmup_steps=args.warmup_steps,
+        ict_steps=args.ict_steps,
+    )  # fmt: skip
 
 
 def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
@@ -160,43 +99,12 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
             *overrides,
         ],
     )
-    stages |= warm_start(args, run, paths, encoder_shape(cfg.model))
+    data = {"tokenizer": str(paths["tokenizer"]), "blocks": str(paths["blocks"])}
+    stages |= warm_start(warm_start_config(args), run, args.seed, data, encoder_shape(cfg.model)).seconds
 
-    enable_tf32()
-    trainer = Trainer(cfg, Accelerator())
-
-    def evaluate():
-        return evaluate_heldout(
-            trainer.unwrapped,
-            trainer.heldout,
-            trainer.store,
-            trainer.special,
-            cfg.retriever,
-            batch_size=cfg.eval.batch_size,
-            max_examples=cfg.eval.max_examples,
-            gold_titles=trainer.heldout_titles,
-        )
-
-    t = time.perf_counter()
-    start = evaluate()  # the trainer's starting model: ICT retriever, fresh encoder
-    stages["eval_start_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    try:
-        train = trainer.run()
-    finally:
-        trainer.close()
-    stages["pretrain_s"] = time.perf_counter() - t
-
-    t = time.perf_counter()
-    end = evaluate()
-    stages["eval_end_s"] = time.perf_counter() - t
-    # the before/after evaluations go into the run's metrics too, apart from the trainer's curve (eval/*, on the
-    # live index and eval.interval_examples sentences), since these search the whole corpus exactly
-    metrics = MetricsLogger(run / "metrics.jsonl")
-    metrics.log(start.as_dict("eval_exact/"), 0)
-    metrics.log(end.as_dict("eval_exact/"), train["step"])
-    metrics.close()
+    pretrained = pretrain_and_evaluate(cfg)
+    stages |= pretrained.seconds
+    start, end, train = pretrained.start, pretrained.end, pretrained.train
 
     t = time.perf_counter()
     qa = run_qa(args, run, paths) if args.qa_steps != 0 else None
@@ -239,18 +147,7 @@ def run_qa(args: argparse.Namespace, run: Path, paths: dict[str, Path]) -> dict:
                  "max_dev_questions": args.qa_dev},
         "init": {"run": str(run)},
     }  # fmt: skip
-    tuner = Finetuner(load_config(FinetuneConfig, args.qa_config, overrides))
-    tuner.train()
-    evals = tuner.evaluations
-    start, end = evals[0][1], evals[-1][1]
-    return {
-        "qa_exact_match_start": start["exact_match"],
-        "qa_exact_match_end": end["exact_match"],
-        "qa_top5_accuracy_start": start["top5_accuracy"],
-        "qa_top5_accuracy_end": end["top5_accuracy"],
-        "qa_steps": evals[-1][0],
-        "qa_num_questions": end["num_questions"],
-    }
+    return finetune_and_evaluate(load_config(FinetuneConfig, args.qa_config, overrides))
 
 
 def format_table(summary: dict) -> str:

@@ -30,6 +30,7 @@ from realm.core.errors import USER_ERROR_EXIT_CODE, run_command
 COMMANDS: dict[str, tuple[str, str]] = {
     # name: ("module:function", help); modules are imported on use, so `realm --help` starts fast
     "demo": ("realm_cli.demo:main", "run the embedded demo end to end"),
+    "real-text": ("realm_cli.real_text:main", "REALM on a real corpus and QA files end to end (Wikipedia -> NQ)"),
     "train": ("trainer.pretrain:main", "the trainer process (REALM pre-training)"),
     "index": ("index_builder.build:main", "the index-builder process"),
     "ict": ("warmstart.ict:main", "Inverse Cloze Task warm start of the embedders"),

@@ -21,9 +21,9 @@ from realm.core.logging import progress
 from realm.core.tracking import init_trackers
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
-from realm.data.vocab import load_tokenizer
 from realm.index.build import blocks_fingerprint
 from realm.index.versions import PublishedIndex, discard_after
+from realm.models.pretrained import load_model_tokenizer
 from realm.pretrain.batch import RealmBatch
 from realm.pretrain.candidates import attach_chosen, start_search
 from realm.pretrain.config import PretrainConfig
@@ -66,7 +66,7 @@ class Trainer:
         """Inputs, model, optimizer, the resumed state and the index side (nothing runs yet)."""
         self.run_dir = start_job(cfg.train, self.accelerator, cfg)
 
-        self.tokenizer = load_tokenizer(cfg.data.tokenizer)
+        self.tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
         check_blocks_tokenizer(cfg.data.blocks, self.tokenizer)
         self.special = SpecialIds.of(self.tokenizer)
         self.store = BlockStore(load_blocks(cfg.data.blocks))

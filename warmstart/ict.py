@@ -28,8 +28,8 @@ from realm.core.tracking import TrackingConfig
 from realm.data.blocks import BlocksInput, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.sentences import split_sentences
-from realm.data.vocab import load_tokenizer
 from realm.models.bert import ModelConfig
+from realm.models.pretrained import load_model_tokenizer
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.ict import ICTCollator, ict_loss
 from realm.training.accelerator import build_accelerator
@@ -102,7 +102,7 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     """Runs (or resumes) ICT and returns the published ``retriever/`` folder."""
     accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir)
     out_dir = start_job(cfg.train, accelerator, cfg)
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
     check_blocks_tokenizer(cfg.data.blocks, tokenizer)
     special = SpecialIds.of(tokenizer)
     rows = ict_examples(load_blocks(cfg.data.blocks), tokenizer)

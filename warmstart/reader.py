@@ -27,9 +27,9 @@ from realm.core.tracking import TrackingConfig
 from realm.data.blocks import BlocksInput, BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.tagging import TaggingConfig, build_tagger
-from realm.data.vocab import load_tokenizer
 from realm.models.bert import ModelConfig
 from realm.models.encoder import KnowledgeAugmentedEncoder
+from realm.models.pretrained import load_model_tokenizer
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.data import prepared_sentences
 from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
@@ -65,10 +65,18 @@ class WarmupTask:
     """With ``closed_book``: a sentences jsonl (``text`` with the ``answer_start``/``answer_end`` span to mask, the X
     format) to train on instead of the blocks' own sentences; the gold span is what is masked (the fact, not any
     salient span such as the entity's name)."""
+    masking: str = "salient"
+    """What is masked in a block's sentence: ``salient`` (one named entity or date, as in pre-training) or
+    ``random_token`` (each wordpiece with probability 0.15): several copy targets a sentence instead of one, a denser
+    signal for the copying skill where one span a sentence is too sparse for it to appear (real text)."""
 
     def __post_init__(self) -> None:
         if self.sentences and not self.closed_book:
             raise ValueError("task.sentences needs task.closed_book=true (a sentence of a file has no own block)")
+        if self.masking not in ("salient", "random_token"):
+            raise ValueError(f"task.masking must be 'salient' or 'random_token', got {self.masking!r}")
+        if self.sentences and self.masking != "salient":
+            raise ValueError("task.sentences masks each sentence's gold span; task.masking does not apply")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -91,7 +99,7 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
     num_processes = accelerator.num_processes
     if cfg.train.batch_size % num_processes:
         raise ConfigError(f"train.batch_size {cfg.train.batch_size} is not divisible by {num_processes} processes")
-    tokenizer = load_tokenizer(cfg.data.tokenizer)
+    tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
     check_blocks_tokenizer(cfg.data.blocks, tokenizer)
     special = SpecialIds.of(tokenizer)
     blocks = load_blocks(cfg.data.blocks)
@@ -114,7 +122,7 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
         num_processes,
     )  # fmt: skip
     store = None if cfg.task.closed_book else BlockStore(blocks)
-    mode = "gold" if cfg.task.sentences else "salient"
+    mode = "gold" if cfg.task.sentences else cfg.task.masking
     collator = TrivialRetrievalCollator(
         special, store, cfg.retriever.max_query_length, cfg.retriever.max_block_length, mode, cfg.train.seed
     )

@@ -211,6 +211,17 @@ def _load_spacy(model: str) -> Any:
     raise RuntimeError(f"no spaCy English model could be loaded ({'; '.join(tried)}): {_SPACY_INSTALL_HINT}")
 
 
+_LEADING_ARTICLE = re.compile(r"(?:the|The|THE)\s+")
+
+
+def without_leading_article(text: str, start: int, end: int) -> int:
+    """The start of ``text[start:end]`` past a leading "the ": spaCy's OntoNotes entities include it ("the Middle
+    East", "the 16th century"), CoNLL's, like REALM's salient spans, do not, and masking it would hand the model a
+    free wordpiece. A span that is nothing but the article keeps its start."""
+    match = _LEADING_ARTICLE.match(text, start, end)
+    return match.end() if match and match.end() < end else start
+
+
 class SpacyTagger:
     """spaCy NER spans, batched with ``nlp.pipe`` and only the components NER needs.
 
@@ -239,13 +250,17 @@ class SpacyTagger:
         return any(listener.endswith("ner") for listener in getattr(pipe, "listening_components", ()))
 
     def tag(self, texts: list[str]) -> list[list[Span]]:
-        """Entity spans of every text, labelled with spaCy's labels (PERSON, ORG, GPE, DATE, ...)."""
+        """Entity spans of every text, labelled with spaCy's labels (PERSON, ORG, GPE, DATE, ...), each without a
+        leading "the" (``without_leading_article``)."""
         with self.nlp.select_pipes(enable=self.components):
             docs = self.nlp.pipe(texts, batch_size=self.batch_size)
             return [
-                resolve_overlaps([(e.start_char, e.end_char, e.label_) for e in doc.ents if e.label_ in self.labels])
-                for doc in docs
-            ]
+                resolve_overlaps([
+                    (without_leading_article(text, e.start_char, e.end_char), e.end_char, e.label_)
+                    for e in doc.ents if e.label_ in self.labels
+                ])
+                for text, doc in zip(texts, docs)
+            ]  # fmt: skip
 
 
 @dataclass(kw_only=True, slots=True)

@@ -6,13 +6,17 @@ from dataclasses import dataclass
 
 from transformers import BertConfig
 
+from realm.models.pretrained import read_bert_config
+
 
 @dataclass(kw_only=True, slots=True)
 class ModelConfig:
     """Shape of the BERTs (both embedders and the encoder), or pretrained weights to start from."""
 
     init_from: str | None = None
-    """A BERT to start all three networks from (hub name or folder); None builds them from the shape below."""
+    """A BERT to start all three networks from (hub name or folder); None builds them from the shape below. Its
+    vocabulary must be the run's (``data.tokenizer``: a size mismatch is refused); a folder without an MLM head
+    gets one tied to its word embeddings (``KnowledgeAugmentedEncoder.from_pretrained``)."""
     hidden_size: int = 768
     """Width of the BERTs (768 for BERT-base)."""
     num_layers: int = 12
@@ -32,7 +36,7 @@ class ModelConfig:
     def bert_config(self, vocab_size: int) -> BertConfig:
         """The ``BertConfig`` for a vocabulary of ``vocab_size`` (or the pretrained one's when ``init_from``)."""
         if self.init_from:
-            return BertConfig.from_pretrained(self.init_from)
+            return read_bert_config(self.init_from)
         return BertConfig(
             vocab_size=vocab_size,
             hidden_size=self.hidden_size,

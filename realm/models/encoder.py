@@ -6,11 +6,16 @@ wordpieces per query it is the largest matmul of the step otherwise (DESIGN.md m
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import torch
 from torch import Tensor, nn
 from transformers import BertConfig, BertForMaskedLM
+
+from realm.models.pretrained import has_mlm_head, read_bert_config
+
+logger = logging.getLogger(__name__)
 
 
 class KnowledgeAugmentedEncoder(nn.Module):
@@ -26,7 +31,18 @@ class KnowledgeAugmentedEncoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str | Path) -> "KnowledgeAugmentedEncoder":
-        return cls(BertForMaskedLM.from_pretrained(name_or_path))
+        """A saved ``BertForMaskedLM`` loads exactly, its head included. A BERT without an MLM head (a
+        sentence-embedding ``BertModel``) gets a decoder that *is* its word-embedding matrix (BERT's own tying) and
+        a new transform and bias, which the reader warm-up trains."""
+        read_bert_config(name_or_path)  # note: a one-line error for a folder that is not a BERT
+        if has_mlm_head(name_or_path):
+            return cls(BertForMaskedLM.from_pretrained(name_or_path))
+        # note: tied even where the folder's config says tie_word_embeddings=false: with no decoder saved, untied
+        # would mean a random vocabulary matrix; tied, the decoder scores with the embeddings the model learned
+        mlm = BertForMaskedLM.from_pretrained(name_or_path, tie_word_embeddings=True)
+        logger.info("%s has no MLM head: the decoder is tied to its word embeddings; the head's transform and bias "
+                    "are new and are trained by the reader warm-up (`realm warmup`)", name_or_path)  # fmt: skip
+        return cls(mlm)
 
     def save_pretrained(self, path: str | Path) -> None:
         self.mlm.save_pretrained(path)

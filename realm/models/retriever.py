@@ -7,7 +7,8 @@ REALM's relevance is f(x, z) = Embed_input(x) . Embed_doc(z). The original share
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -15,7 +16,13 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
+from realm.core.errors import ConfigError
+from realm.models.pretrained import POOLINGS, model_pooling, read_bert_config
+
+logger = logging.getLogger(__name__)
+
 SCORES = ("inner_product", "cosine")
+INIT_PROJECTIONS = ("random", "identity")
 RETRIEVER_SHAPE_DEFAULTS = {"embed_dim": 128, "pooling": "cls", "score": "inner_product", "score_scale": 1.0}
 """What an embedder's saved config records of its ``RetrieverConfig`` (with the value an older save implies)."""
 
@@ -37,7 +44,14 @@ class RetrieverConfig:
     num_extra_retrieved: int = 4
     """Over-retrieval so the slots stay full after the source-document filter drops trivial candidates."""
     pooling: str = "cls"
-    """``cls`` (REALM: the [CLS] vector) or ``mean`` (masked mean over wordpieces) before the projection."""
+    """``cls`` (REALM: the [CLS] vector) or ``mean`` (masked mean over wordpieces) before the projection, or
+    ``model``: the pooling ``model.init_from`` was trained with (``realm.models.pretrained.model_pooling``: mean for
+    a sentence-transformers folder that says so, cls for a plain BERT; cls without ``init_from``). Saved embedders
+    record the resolved ``cls``/``mean``, so they reload unchanged."""
+    init_projection: str = "random"
+    """How a projection the pretrained folder does not hold starts (``Retriever.from_bert``): ``random``, or
+    ``identity`` (needs ``embed_dim`` equal to the BERT's width), so that an embedding starts as the model's own
+    pooled sentence embedding instead of a random rotation and rescaling of it."""
     score: str = "inner_product"
     """``inner_product`` (REALM: raw MIPS) or ``cosine``: embeddings are L2-normalised, so MIPS over them (the index
     included) ranks by cosine and f(x, z) is bounded, whatever the model's size."""
@@ -53,8 +67,10 @@ class RetrieverConfig:
             raise ValueError(f"num_candidates must be >= 2 (null document + one retrieved), got {self.num_candidates}")
         if self.num_extra_retrieved < 0:
             raise ValueError(f"num_extra_retrieved must be >= 0, got {self.num_extra_retrieved}")
-        if self.pooling not in ("cls", "mean"):
-            raise ValueError(f"pooling must be 'cls' or 'mean', got {self.pooling!r}")
+        if self.pooling not in (*POOLINGS, "model"):
+            raise ValueError(f"pooling must be 'cls', 'mean' or 'model', got {self.pooling!r}")
+        if self.init_projection not in INIT_PROJECTIONS:
+            raise ValueError(f"init_projection must be one of {INIT_PROJECTIONS}, got {self.init_projection!r}")
         if self.score not in SCORES:
             raise ValueError(f"score must be one of {SCORES}, got {self.score!r}")
         if self.score_scale <= 0:
@@ -79,6 +95,16 @@ class Embedder(BertPreTrainedModel):
         self.projection = nn.Linear(config.hidden_size, getattr(config, "embed_dim", 128))
         self.post_init()
 
+    @torch.no_grad()
+    def set_identity_projection(self) -> None:
+        """Projection = identity, so the embedding is the pooled hidden state itself (``embed_dim == hidden_size``)."""
+        weight = self.projection.weight
+        embed_dim, hidden_size = weight.shape
+        if embed_dim != hidden_size:
+            raise ValueError(f"an identity projection needs embed_dim {embed_dim} == hidden_size {hidden_size}")
+        weight.copy_(torch.eye(embed_dim, dtype=weight.dtype))
+        self.projection.bias.zero_()
+
     def forward(self, input_ids: Tensor, attention_mask: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         """[N, L] wordpieces -> [N, embed_dim] embeddings."""
         hidden = self.bert(
@@ -99,9 +125,22 @@ class Embedder(BertPreTrainedModel):
         return float(getattr(self.config, "score_scale", 1.0))
 
 
+def resolve_pooling(cfg: RetrieverConfig, init_from: str | Path | None) -> RetrieverConfig:
+    """``cfg`` with pooling ``model`` replaced by the pooling ``init_from`` was trained with (``cls`` without one).
+
+    Everything that builds embedders from a run's config resolves with the run's ``model.init_from``, so a run
+    reloaded from its config gets the pooling it trained with."""
+    if cfg.pooling != "model":
+        return cfg
+    return replace(cfg, pooling=model_pooling(init_from) if init_from else "cls")
+
+
 def embedder_config(bert_config: BertConfig, cfg: RetrieverConfig) -> BertConfig:
     """A copy of ``bert_config`` that records the projection size, pooling and score, so ``from_pretrained``
     rebuilds the same embedder."""
+    if cfg.pooling not in POOLINGS:
+        # note: a bug, not a user error: "model" means a folder's pooling, which only resolve_pooling can read
+        raise ValueError(f"pooling {cfg.pooling!r} must be resolved (resolve_pooling) before building an embedder")
     config = BertConfig.from_dict(bert_config.to_dict())
     for name in RETRIEVER_SHAPE_DEFAULTS:
         setattr(config, name, getattr(cfg, name))
@@ -128,17 +167,26 @@ class Retriever(nn.Module):
 
     @classmethod
     def from_config(cls, bert_config: BertConfig, cfg: RetrieverConfig) -> "Retriever":
-        config = embedder_config(bert_config, cfg)
+        """Random towers of ``bert_config``'s shape; pooling ``model`` is ``cls`` here (no pretrained folder: a
+        caller rebuilding a run started from one passes ``resolve_pooling(cfg, init_from)``)."""
+        config = embedder_config(bert_config, resolve_pooling(cfg, None))
         query = Embedder(config)
         return cls(query, None if cfg.share_embedders else Embedder(config))
 
     @classmethod
     def from_bert(cls, name_or_path: str, cfg: RetrieverConfig) -> "Retriever":
-        """Initialises both towers from a pretrained BERT (the projection starts random)."""
-        bert_config = BertConfig.from_pretrained(name_or_path)
+        """Both towers from a pretrained BERT (or a saved embedder): pooling ``model`` becomes the folder's own, and
+        a projection the folder does not hold starts as ``cfg.init_projection`` says (one it holds is loaded)."""
+        cfg = resolve_pooling(cfg, name_or_path)
+        bert_config = read_bert_config(name_or_path)
+        if cfg.init_projection == "identity" and cfg.embed_dim != bert_config.hidden_size:
+            raise ConfigError(f"retriever.init_projection=identity needs embed_dim {cfg.embed_dim} == the hidden_size "
+                             f"{bert_config.hidden_size} of {name_or_path}")  # fmt: skip
         config = embedder_config(bert_config, cfg)
-        query = Embedder.from_pretrained(name_or_path, config=config)
-        doc = None if cfg.share_embedders else Embedder.from_pretrained(name_or_path, config=config)
+        query, new_projection = _pretrained_embedder(name_or_path, config, cfg.init_projection)
+        doc = None if cfg.share_embedders else _pretrained_embedder(name_or_path, config, cfg.init_projection)[0]
+        projection = f"a new {cfg.init_projection} projection" if new_projection else "its saved projection"
+        logger.info("embedders from %s: %s pooling, %s", name_or_path, cfg.pooling, projection)
         return cls(query, doc)
 
     def forward(
@@ -176,6 +224,15 @@ class Retriever(nn.Module):
         shared = json.loads(meta_file.read_text())["share_embedders"]
         query = Embedder.from_pretrained(path / "query")
         return cls(query, None if shared else Embedder.from_pretrained(path / "doc"))
+
+
+def _pretrained_embedder(name_or_path: str, config: BertConfig, init_projection: str) -> tuple[Embedder, bool]:
+    """(the embedder, whether its projection is new: the folder held none)."""
+    embedder, info = Embedder.from_pretrained(name_or_path, config=config, output_loading_info=True)
+    new_projection = "projection.weight" in info["missing_keys"]
+    if new_projection and init_projection == "identity":
+        embedder.set_identity_projection()
+    return embedder, new_projection
 
 
 def retrieval_scores(query_emb: Tensor, doc_emb: Tensor, scale: float = 1.0) -> Tensor:

@@ -10,7 +10,13 @@ from torch import Tensor, nn
 from transformers import BertConfig
 
 from realm.models.encoder import KnowledgeAugmentedEncoder
-from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS, Retriever, RetrieverConfig, retrieval_scores
+from realm.models.retriever import (
+    RETRIEVER_SHAPE_DEFAULTS,
+    Retriever,
+    RetrieverConfig,
+    resolve_pooling,
+    retrieval_scores,
+)
 from realm.pretrain.batch import RealmBatch
 from realm.pretrain.config import PretrainConfig
 from realm.run.publication import verify_published
@@ -106,7 +112,9 @@ def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
     if cfg.train.init_retriever:
         verify_published(cfg.train.init_retriever)  # note: realm ict's output lists its files with checksums
         retriever = Retriever.from_pretrained(cfg.train.init_retriever)
-        check_retriever_matches(retriever, cfg.retriever, cfg.train.init_retriever)
+        # note: against the resolved pooling: retriever.pooling=model names what model.init_from was trained with
+        resolved = resolve_pooling(cfg.retriever, cfg.model.init_from)
+        check_retriever_matches(retriever, resolved, cfg.train.init_retriever)
     if cfg.train.init_encoder:
         verify_published(cfg.train.init_encoder)  # note: so does realm warmup's
         encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.train.init_encoder)

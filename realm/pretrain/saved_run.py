@@ -18,6 +18,7 @@ from realm.core.errors import RunError
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
+from realm.models.retriever import resolve_pooling
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.model import RealmModel
 from realm.run.layout import checkpoints_dir, latest_retriever_export
@@ -61,9 +62,11 @@ def load_model(cfg: PretrainConfig, vocab_size: int, weights: Path) -> RealmMode
     """
     try:
         bert_config = cfg.model.bert_config(vocab_size)
+        # note: retriever.pooling=model is the pooling of model.init_from, as the run's embedders were built with
+        retriever_cfg = resolve_pooling(cfg.retriever, cfg.model.init_from)
     except OSError as err:  # model.init_from names a hub model and the hub is out of reach
         raise RunError(f"cannot read the BertConfig of model.init_from={cfg.model.init_from!r}: {err}") from None
-    return load_weights(RealmModel.from_config(bert_config, cfg.retriever), weights).eval()
+    return load_weights(RealmModel.from_config(bert_config, retriever_cfg), weights).eval()
 
 
 def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from realm_cli.demo import make_world_data as make_world
+from pipeline.synthetic import make_world_data as make_world
 
 
 @pytest.fixture(scope="session")

@@ -49,10 +49,10 @@ def test_the_table_shows_the_starting_model_as_a_row_without_the_training_column
 def test_ict_steps_reach_the_shared_start(monkeypatch, tmp_path):
     seen = {}
 
-    def fake_warm_start(args, out, paths, shape):
-        seen["ict_steps"] = args.ict_steps
+    def fake_warm_start(cfg, out, seed, data, model):
+        seen["ict_steps"] = cfg.ict_steps
 
-    monkeypatch.setattr(evidence, "make_world_data", lambda *a: {"tokenizer": tmp_path / "tok"})
+    monkeypatch.setattr(evidence, "make_world_data", lambda *a: {"tokenizer": tmp_path / "tok", "blocks": tmp_path / "b"})
     monkeypatch.setattr(evidence, "warm_start", fake_warm_start)
     paths = evidence.prepare(tmp_path, seed=0, entities=8, ict_steps=40)
     assert seen["ict_steps"] == 40 and paths["retriever"] == tmp_path / "ict" / "retriever"

@@ -5,6 +5,7 @@ import pytest
 
 from finetune.train import FinetuneConfig
 from index_builder.build import IndexBuilderConfig
+from pipeline.real_text import RealTextConfig
 from realm.core.config import load_config, parse_overrides
 from realm.core.errors import ConfigError
 from realm.pretrain.config import PretrainConfig
@@ -19,6 +20,7 @@ SCHEMAS = {
     "index": IndexBuilderConfig,
     "finetune": FinetuneConfig,
     "warmup": WarmupConfig,
+    "real_text": RealTextConfig,
 }
 
 

@@ -18,6 +18,7 @@ from realm.data.tagging import (
     TaggingConfig,
     build_tagger,
     resolve_overlaps,
+    without_leading_article,
 )
 from realm.data.world import WorldConfig, generate_world
 
@@ -203,3 +204,13 @@ def test_spacy_tagger_tags_real_text() -> None:
     text = "Barack Obama was born in Hawaii on 4 August 1961."
     labels = {text[s:e]: label for s, e, label in spans}
     assert labels.get("Barack Obama") == "PERSON" and labels.get("Hawaii") == "GPE"
+
+
+def test_a_leading_the_is_not_part_of_an_entity() -> None:
+    text = "In the Middle East and The Hague, the 16th century; the"
+    assert text[without_leading_article(text, 3, 18):18] == "Middle East"
+    assert text[without_leading_article(text, 23, 32):32] == "Hague"
+    assert text[without_leading_article(text, 34, 50):50] == "16th century"
+    assert without_leading_article(text, 52, 55) == 52  # the article alone stays a span
+    assert without_leading_article("theocracy", 0, 9) == 0  # a word that starts with "the" is no article
+

@@ -67,3 +67,15 @@ def test_a_bad_row_names_its_line_or_is_counted(tmp_path, bad, reason):
     stats = LoadStats()
     assert [e.question for e in load_dpr_qas(path, skip_malformed=True, stats=stats)] == ["ok", "fine"]
     assert stats.to_dict() == {"num_records": 2, "num_skipped": 1}
+
+
+def test_a_dev_file_may_have_another_format_than_the_training_file(tmp_path):
+    from finetune.task import TaskConfig
+
+    (tmp_path / "train.qas").write_text("who wrote hamlet\t['William Shakespeare']\n")
+    (tmp_path / "dev.jsonl").write_text('{"question": "where is rome", "answer": ["Italy"]}\n')
+    task = TaskConfig(name="dpr", dev_name="nq")
+    assert [q.answers for q in task.load(str(tmp_path / "train.qas"))] == [["William Shakespeare"]]
+    assert [q.answers for q in task.load(str(tmp_path / "dev.jsonl"), dev=True)] == [["Italy"]]
+    with pytest.raises(ValueError, match="task.dev_name must be one of"):
+        TaskConfig(name="dpr", dev_name="trivia")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 
 from realm.core.config import load_config
 from realm.pretrain.config import PretrainConfig
-from realm_cli.demo import SHAPE_KEYS, _stage_config, encoder_shape
+from pipeline.warm_start import SHAPE_KEYS, encoder_shape, stage_config
 from tests.helpers import ROOT
 from warmstart.ict import ICTConfig
 from warmstart.reader import WarmupConfig
@@ -19,10 +18,9 @@ def test_the_pretraining_configs_shape_reaches_the_warm_start_stages(tmp_path):
     cfg = load_config(PretrainConfig, CONFIGS / "pretrain/demo_gpu.yaml", ["--model.num_layers=6"])
     shape = encoder_shape(cfg.model)
     assert shape == {"hidden_size": 256, "num_layers": 6, "num_heads": 4, "intermediate_size": 1024}
-    args = argparse.Namespace(seed=0)
-    paths = {"tokenizer": tmp_path / "tok", "blocks": tmp_path / "blocks"}
+    data = {"tokenizer": str(tmp_path / "tok"), "blocks": str(tmp_path / "blocks")}
     for cls, path, section in [(WarmupConfig, "warmup/demo.yaml", "warmup"), (ICTConfig, "ict/demo.yaml", "ict")]:
-        stage = _stage_config(cls, str(CONFIGS / path), section, tmp_path, paths, args, None, {"model": shape})
+        stage = stage_config(cls, str(CONFIGS / path), tmp_path / section, 0, data, None, {"model": shape})
         assert {key: getattr(stage.model, key) for key in SHAPE_KEYS} == shape, section
 
 

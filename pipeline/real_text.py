@@ -1,0 +1,194 @@
+"""The real-text pipeline, the twin of the demo on files the user names: a corpus (e.g. Wikipedia lead sections), QA
+questions to fine-tune on and QA questions to evaluate on.
+
+corpus -> vocabulary (WordPiece trained on the corpus, or the pretrained folder's own) -> blocks -> cloze sets (X:
+the training articles' sentences; held out: sentences of held-out articles with one salient span each, tagged by
+spaCy by default) -> warm start (reader warm-up, ICT) -> REALM pre-training with the asynchronous index builder ->
+held-out span accuracy with retrieval and closed book -> QA fine-tuning -> exact match on the dev questions.
+Writes ``OUT/summary.json``. ``realm real-text`` and ``bench/real_open_qa.py`` call ``run_real_text``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from finetune.train import FinetuneConfig
+from pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
+from pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
+from realm.core.config import load_config
+from realm.core.errors import ConfigError
+from realm.data.blocks import build_blocks_from_config, load_blocks
+from realm.data.cloze_sets import ClozeSets, choose_heldout_docs, write_cloze_sets
+from realm.data.corpus import CorpusConfig, read_documents
+from realm.data.tagging import TaggingConfig, build_tagger
+from realm.data.vocab import load_tokenizer, train_wordpiece
+from realm.pretrain.config import PretrainConfig
+
+logger = logging.getLogger(__name__)
+
+STAGES = ("data", "warm_start", "pretrain", "qa")
+
+RETRIEVER_SHAPE = ("embed_dim", "pooling", "init_projection", "score", "score_scale", "max_query_length",
+                   "max_block_length")
+"""What the warm-start stages take from the pre-training config's retriever, so their retriever is the one it loads."""
+
+
+@dataclass(kw_only=True, slots=True)
+class QAFiles:
+    """The questions to fine-tune on and to evaluate on (formats: ``finetune.task.TaskConfig.name``)."""
+
+    train_task: str = "dpr"
+    train: str = ""
+    dev_task: str = "nq"
+    dev: str = ""
+    max_dev_questions: int = 500
+    """Evaluate on the first N dev questions (0: all)."""
+
+
+@dataclass(kw_only=True, slots=True)
+class RealTextConfig:
+    """The whole pipeline: files, split, vocabulary, tagger, and each stage's recipe and length."""
+
+    out: str = "runs/real_text"
+    seed: int = 0
+    corpus: CorpusConfig = field(default_factory=lambda: CorpusConfig(format="json_object", text_field="extract"))
+    """The knowledge corpus; its ``max_block_length`` is replaced by the pre-training retriever's."""
+    qa: QAFiles = field(default_factory=QAFiles)
+    heldout_docs: int = 300
+    """Articles whose sentences are held out of pre-training (and are the held-out cloze set)."""
+    max_heldout_sentences: int = 1000
+    """A seeded sample of the held-out articles' sentences (0: all)."""
+    vocab_size: int = 16000
+    """WordPiece entries when the encoder starts from scratch (``init_from`` brings its own vocabulary)."""
+    init_from: str | None = None
+    """A local BERT folder (e.g. all-MiniLM-L6-v2's) to start the encoder and both towers from, with its vocabulary."""
+    tagging: TaggingConfig = field(default_factory=lambda: TaggingConfig(kind="spacy"))
+    """Salient spans at REALM's definition (named entities and dates): spaCy's NER by default on real text."""
+    warm_start: WarmStartConfig = field(default_factory=lambda: WarmStartConfig(
+        warmup_config="configs/real_text/warmup/default.yaml",
+        ict_config="configs/real_text/ict/default.yaml"))  # fmt: skip
+    pretrain_config: str = "configs/real_text/pretrain/default.yaml"
+    pretrain_steps: int | None = None
+    """None: the config's."""
+    finetune_config: str = "configs/real_text/finetune/default.yaml"
+    qa_steps: int | None = None
+    """None: the config's; 0 skips QA."""
+    pretrain_overrides: dict[str, Any] = field(default_factory=dict)
+    """Config sections put over the pre-training YAML (e.g. ``{"model": {"num_layers": 4}}``)."""
+    stop_after: str = "qa"
+    """``data`` stops after the vocabulary, blocks and cloze sets (to run the stages on GPUs with ``launch/``),
+    ``warm_start`` after ICT, ``pretrain`` after pre-training and its evaluation, ``qa`` runs everything."""
+
+    def __post_init__(self) -> None:
+        if self.heldout_docs < 1:
+            raise ValueError(f"heldout_docs must be at least 1, got {self.heldout_docs}")
+        if self.stop_after not in STAGES:
+            raise ValueError(f"stop_after must be one of {STAGES}, got {self.stop_after!r}")
+
+
+def prepare_data(cfg: RealTextConfig, max_block_length: int) -> tuple[dict[str, str], ClozeSets, dict[str, Any]]:
+    """Vocabulary, blocks and cloze sets under ``OUT``; returns the stages' ``data`` paths, the cloze sets and
+    counts for the summary."""
+    out = Path(cfg.out)
+    corpus = dataclasses.replace(cfg.corpus, max_block_length=max_block_length)
+    if cfg.init_from:
+        tokenizer, tokenizer_path = load_tokenizer(cfg.init_from), cfg.init_from
+    else:
+        texts = (f"{doc.title}\n{doc.text}" for doc in read_documents(corpus))
+        tokenizer, tokenizer_path = train_wordpiece(texts, cfg.vocab_size, out / "tokenizer"), str(out / "tokenizer")
+    blocks_dir = build_blocks_from_config(corpus, tokenizer, out / "blocks")
+    blocks = load_blocks(blocks_dir)
+    heldout = choose_heldout_docs(blocks["doc_id"], cfg.heldout_docs, cfg.seed)
+    sets = write_cloze_sets(blocks, out / "cloze", heldout, build_tagger(cfg.tagging), cfg.seed,
+                            cfg.max_heldout_sentences)  # fmt: skip
+    counts = {"num_blocks": len(blocks), "num_documents": len(set(blocks["doc_id"])), "vocab_size": len(tokenizer),
+              **{k: v for k, v in dataclasses.asdict(sets).items() if k.startswith("num_")}}  # fmt: skip
+    return {"tokenizer": tokenizer_path, "blocks": str(blocks_dir)}, sets, counts
+
+
+def pretrain_config(cfg: RealTextConfig, data: dict[str, str], sets: ClozeSets, warmed: bool) -> PretrainConfig:
+    """The pre-training config: the YAML, then ``pretrain_overrides``, then this run's paths and starts."""
+    out = Path(cfg.out)
+    sections = dict(cfg.pretrain_overrides)
+    train = {**sections.get("train", {}), "run_dir": str(out), "seed": cfg.seed,
+             "init_retriever": str(out / "ict" / "retriever"),
+             **({"init_encoder": str(out / "warmup" / "encoder")} if warmed else {}),
+             **({"max_steps": cfg.pretrain_steps} if cfg.pretrain_steps else {})}  # fmt: skip
+    data_section = {**sections.get("data", {}), **data, "sentences": str(sets.pretrain), "heldout": str(sets.heldout),
+                    "tagging": dataclasses.asdict(cfg.tagging)}  # fmt: skip
+    model = {**sections.get("model", {}), **({"init_from": cfg.init_from} if cfg.init_from else {})}
+    return load_config(PretrainConfig, cfg.pretrain_config, {**sections, "train": train, "data": data_section,
+                                                             "model": model})  # fmt: skip
+
+
+def run_real_text(cfg: RealTextConfig) -> dict[str, Any]:
+    """Runs every stage and returns (and writes to ``OUT/summary.json``) the figures and the seconds of each."""
+    if not cfg.corpus.path:
+        raise ConfigError("corpus.path must name the knowledge corpus")
+    if cfg.qa_steps != 0 and cfg.stop_after == "qa" and not (cfg.qa.train and cfg.qa.dev):
+        raise ConfigError("qa.train and qa.dev must name question files (or qa_steps: 0 stops after pre-training)")
+    t_start = time.perf_counter()
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    seconds: dict[str, float] = {}
+    # note: blocks are cut for the pre-training retriever, the one that embeds them for the index
+    shape = load_config(PretrainConfig, cfg.pretrain_config, dict(cfg.pretrain_overrides)).retriever
+    t = time.perf_counter()
+    data, sets, counts = prepare_data(cfg, shape.max_block_length)
+    seconds["data_s"] = time.perf_counter() - t
+    summary: dict[str, Any] = {**counts, "stage_seconds": seconds}
+    if cfg.stop_after == "data":
+        return _finish(out, summary, t_start)
+
+    pretrain = pretrain_config(cfg, data, sets, warmed=cfg.warm_start.warmup_steps != 0)
+    retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
+    sections = {**cfg.warm_start.stage_overrides, "retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging)}
+    warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections)
+    seconds |= warm_start(warm, out, cfg.seed, data, encoder_shape(pretrain.model)).seconds
+    if cfg.stop_after == "warm_start":
+        return _finish(out, summary, t_start)
+
+    pretrained = pretrain_and_evaluate(pretrain)
+    seconds |= pretrained.seconds
+    qa = None
+    if cfg.qa_steps != 0 and cfg.stop_after == "qa":
+        t = time.perf_counter()
+        qa = finetune_and_evaluate(finetune_config(cfg))
+        seconds["qa_s"] = time.perf_counter() - t
+    start, end = pretrained.start, pretrained.end
+    summary |= {
+        "heldout_accuracy_retrieval_start": start.span_accuracy,
+        "heldout_accuracy_retrieval": end.span_accuracy,
+        "heldout_accuracy_closed_book_start": start.closed_book_span_accuracy,
+        "heldout_accuracy_closed_book": end.closed_book_span_accuracy,
+        "heldout_token_accuracy_retrieval": end.token_accuracy,
+        "heldout_token_accuracy_closed_book": end.closed_book_token_accuracy,
+        "k": end.k,
+        "num_heldout_examples": end.num_examples,
+        "num_index_refreshes": pretrained.train["num_index_refreshes"],
+        "trainer_wait_fraction": pretrained.train["trainer_wait_fraction"],
+        "pretrain_steps": pretrained.train["step"],
+        **(qa or {}),
+    }
+    return _finish(out, summary, t_start)
+
+
+def _finish(out: Path, summary: dict[str, Any], t_start: float) -> dict[str, Any]:
+    summary["wall_seconds"] = time.perf_counter() - t_start
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    return summary
+
+
+def finetune_config(cfg: RealTextConfig) -> FinetuneConfig:
+    """QA fine-tuning of the pre-trained run in ``OUT`` (its index frozen), written to ``OUT/qa``."""
+    out = Path(cfg.out)
+    train = {"run_dir": str(out / "qa"), "seed": cfg.seed, **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})}
+    task = {"name": cfg.qa.train_task, "train": cfg.qa.train, "dev_name": cfg.qa.dev_task, "dev": cfg.qa.dev,
+            "max_dev_questions": cfg.qa.max_dev_questions}  # fmt: skip
+    return load_config(FinetuneConfig, cfg.finetune_config, {"train": train, "task": task, "init": {"run": str(out)}})

@@ -1,0 +1,53 @@
+"""``realm real-text``: REALM on real text end to end, the real-data twin of ``realm demo``.
+
+    realm real-text [--config configs/real_text/default.yaml] [--section.key=value ...]
+
+corpus -> vocabulary -> blocks -> cloze sets -> reader warm-up -> ICT -> REALM pre-training (index builder as a child
+process) -> held-out span accuracy -> QA fine-tuning -> exact match. The stages are ``pipeline.real_text``; this
+command only reads the config, runs them and prints the table.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from pipeline.real_text import RealTextConfig, run_real_text
+from realm.core.config import config_from_command_line
+from realm.core.errors import run_command
+from realm.core.logging import init_logging
+
+DEFAULT_CONFIG = "configs/real_text/default.yaml"
+
+ROWS = (
+    ("held-out accuracy, with retrieval, before pre-training", "heldout_accuracy_retrieval_start"),
+    ("held-out accuracy, with retrieval", "heldout_accuracy_retrieval"),
+    ("held-out accuracy, closed book", "heldout_accuracy_closed_book"),
+    ("QA exact match before fine-tuning", "qa_exact_match_start"),
+    ("QA exact match after fine-tuning", "qa_exact_match_end"),
+    ("QA top-5 accuracy after fine-tuning", "qa_top5_accuracy_end"),
+    ("index refreshes", "num_index_refreshes"),
+    ("trainer wait fraction", "trainer_wait_fraction"),
+    ("wall seconds", "wall_seconds"),
+)
+
+
+def format_table(summary: dict) -> str:
+    rows = [(name, summary[key]) for name, key in ROWS if key in summary]
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value:.3f}" if isinstance(value, float) else f"{name:<{width}}  {value}"
+             for name, value in rows]  # fmt: skip
+    return "\n".join(["REALM on real text", "-" * (width + 10), *lines])
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not any(arg == "--config" or arg.startswith("--config=") for arg in argv):
+        argv = ["--config", DEFAULT_CONFIG, *argv]
+    cfg = config_from_command_line(RealTextConfig, argv, "realm real-text", __doc__.splitlines()[0])
+    init_logging()
+    print(format_table(run_real_text(cfg)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(run_command("realm real-text", main, sys.argv[1:]))

@@ -1,0 +1,74 @@
+"""``realm real-text`` end to end on files in the real formats (a corpus as one JSON object, DPR's qas questions to
+fine-tune on, NQ-open's jsonl to evaluate on), with a tiny encoder and a few steps a stage."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from pipeline.real_text import RealTextConfig, run_real_text
+from realm.core.config import load_config
+from realm.core.errors import ConfigError
+from realm.data.jsonl import iter_jsonl
+from realm_cli.real_text import main
+from tests.helpers import ROOT
+
+TINY = {
+    "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
+    "retriever": {"embed_dim": 16, "max_query_length": 24, "max_block_length": 48},
+    "train": {"max_steps": 6, "eval_interval": 3, "save_interval": 6, "log_interval": 3},
+    "refresh": {"refresh_interval": 3, "swap_lag": 1, "max_staleness": 6},
+    "eval": {"max_examples": 20, "interval_examples": 10},
+}
+
+
+def _real_format_files(world, out):
+    """The generated world rewritten as the Vital JSON object, DPR qas and NQ-open jsonl."""
+    docs = {r["id"]: {"title": r["title"], "extract": r["text"]} for _, r in iter_jsonl(world["corpus"])}
+    (out / "corpus.json").write_text(json.dumps(docs, indent=1))
+    with (out / "train.qas").open("w") as handle:
+        for _, r in iter_jsonl(world["questions_train"]):
+            handle.write(f"{r['question']}\t{r['answers']!r}\n")
+    dev = [{"question": r["question"], "answer": r["answers"]} for _, r in iter_jsonl(world["questions_heldout"])]
+    (out / "dev.jsonl").write_text("".join(json.dumps(r) + "\n" for r in dev[:12]))
+    return len(docs)
+
+
+def test_stop_after_data_writes_vocabulary_blocks_and_cloze_sets_and_needs_no_questions(tiny_world, tmp_path):
+    num_docs = _real_format_files(tiny_world, tmp_path)
+    cfg = load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml", {
+        "out": str(tmp_path / "run"), "corpus": {"path": str(tmp_path / "corpus.json")}, "heldout_docs": 8,
+        "vocab_size": 800, "tagging": {"kind": "rule"}, "stop_after": "data", "qa": {"train": "", "dev": ""}})  # fmt: skip
+    summary = run_real_text(cfg)
+    assert summary["num_documents"] == num_docs and summary["num_heldout"] > 0 and summary["num_pretrain"] > 0
+    assert not (tmp_path / "run" / "warmup").exists() and "data_s" in summary["stage_seconds"]
+    with pytest.raises(ConfigError, match="qa.train and qa.dev must name question files"):
+        run_real_text(load_config(RealTextConfig, None, {"corpus": {"path": "c.json"}, "out": str(tmp_path / "x")}))
+
+
+@pytest.mark.slow
+def test_the_real_text_command_runs_every_stage_on_real_formats(tiny_world, tmp_path, capsys):
+    num_docs = _real_format_files(tiny_world, tmp_path)
+    out = tmp_path / "run"
+    code = main([
+        f"--out={out}", f"--corpus.path={tmp_path / 'corpus.json'}", f"--qa.train={tmp_path / 'train.qas'}",
+        f"--qa.dev={tmp_path / 'dev.jsonl'}", "--heldout_docs=8", "--max_heldout_sentences=30", "--vocab_size=800",
+        "--tagging.kind=rule", "--warm_start.warmup_steps=4", "--warm_start.ict_steps=4", "--qa_steps=3",
+        f"--pretrain_overrides={json.dumps(TINY)}",
+    ])  # fmt: skip
+    assert code == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert "REALM on real text" in capsys.readouterr().out
+    assert summary["num_documents"] == num_docs and summary["pretrain_steps"] == 6
+    assert summary["qa_num_questions"] == 12 and summary["num_index_refreshes"] >= 1
+    for key in ("heldout_accuracy_retrieval", "heldout_accuracy_closed_book", "qa_exact_match_end"):
+        assert 0.0 <= summary[key] <= 1.0
+    # every stage published where the next one reads it
+    for folder in ("tokenizer", "blocks", "warmup/encoder", "ict/retriever", "qa"):
+        assert (out / folder).is_dir(), folder
+    # held-out articles never give a pre-training query
+    x_uids = {r["source_uid"] for _, r in iter_jsonl(out / "cloze" / "pretrain.jsonl")}
+    heldout = [r for _, r in iter_jsonl(out / "cloze" / "heldout.jsonl")]
+    assert heldout and not x_uids & {r["source_uid"] for r in heldout}
+    assert summary["num_heldout_examples"] == min(20, len(heldout))

@@ -1,0 +1,69 @@
+"""Cloze sets of a real corpus: X from the training articles' blocks, held-out sentences of held-out articles with one
+tagged salient span each, both carrying their block's uid (the trivial-retrieval filter)."""
+
+from __future__ import annotations
+
+import json
+
+import datasets
+import pytest
+
+from realm.data.cloze_sets import MIN_WORDS, choose_heldout_docs, write_cloze_sets
+from realm.data.tagging import RuleTagger
+
+BLOCKS = datasets.Dataset.from_dict({
+    "doc_id": ["ada", "ada", "rome", "oslo"],
+    "title": ["Ada Lovelace", "Ada Lovelace", "Rome", "Oslo"],
+    "text": [
+        "Ada Lovelace was born in London in 1815. She wrote notes.",
+        "Charles Babbage designed the Analytical Engine with her help.",
+        "Rome was founded in 753 BC by Romulus. See also.",
+        "Oslo is the capital of Norway since 1814.",
+    ],
+    "uid": ["u0", "u1", "u2", "u3"],
+})
+
+
+def _read(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_the_held_out_documents_are_a_seeded_choice_that_ignores_input_order():
+    ids = [f"d{i}" for i in range(50)]
+    chosen = choose_heldout_docs(ids, 5, seed=3)
+    assert len(chosen) == 5 and chosen <= set(ids)
+    assert choose_heldout_docs(reversed(ids), 5, seed=3) == chosen
+    assert choose_heldout_docs(ids, 5, seed=4) != chosen
+    with pytest.raises(ValueError, match="cannot hold out 50 of 50"):
+        choose_heldout_docs(ids, 50, seed=0)
+
+
+def test_x_holds_the_training_articles_sentences_and_the_held_out_set_one_tagged_span_each(tmp_path):
+    sets = write_cloze_sets(BLOCKS, tmp_path, {"ada"}, RuleTagger(), seed=0)
+    x = _read(sets.pretrain)
+    # "She wrote notes." and "See also." are under MIN_WORDS words: neither fact nor query
+    assert [r["text"] for r in x] == [
+        "Rome was founded in 753 BC by Romulus.", "Oslo is the capital of Norway since 1814."
+    ]
+    assert [r["source_uid"] for r in x] == ["u2", "u3"]
+    assert sets.num_short == 2 and MIN_WORDS == 4
+    heldout = _read(sets.heldout)
+    assert [r["source_uid"] for r in heldout] == ["u0", "u1"] and sets.num_heldout == 2
+    for record in heldout:
+        span = record["text"][record["answer_start"] : record["answer_end"]]
+        spans = [record["text"][s:e] for s, e, _ in RuleTagger().tag([record["text"]])[0]]
+        assert span in spans and record["title"] == "Ada Lovelace"
+        assert "entity" not in record  # the own block is excluded: the title is no gold article for recall
+    again = write_cloze_sets(BLOCKS, tmp_path / "again", {"ada"}, RuleTagger(), seed=0)
+    assert _read(again.heldout) == heldout  # the same spans for the same seed
+
+
+def test_held_out_sentences_without_a_span_are_counted_and_a_set_with_none_is_refused(tmp_path):
+    class NoSpans:
+        def tag(self, texts):
+            return [[] for _ in texts]
+
+    with pytest.raises(ValueError, match="the 1 held-out documents gave no sentence with a salient span"):
+        write_cloze_sets(BLOCKS, tmp_path, {"oslo"}, NoSpans(), seed=0)
+    sets = write_cloze_sets(BLOCKS, tmp_path, {"ada", "oslo"}, RuleTagger(), seed=0, max_heldout=2)
+    assert sets.num_heldout + sets.num_heldout_without_span == 2
