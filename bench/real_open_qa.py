@@ -43,7 +43,6 @@ from retrieval_accuracy import (  # noqa: E402; fmt: skip
 )
 
 from finetune.evaluate import load_qa_run  # noqa: E402
-from finetune.train import FinetuneConfig  # noqa: E402
 from pipeline.real_text import RETRIEVER_SHAPE, RealTextConfig, finetune_config, run_real_text  # noqa: E402
 from pipeline.stages import finetune_and_evaluate  # noqa: E402
 from realm.core.config import load_config, parse_overrides  # noqa: E402
@@ -104,12 +103,12 @@ def retrievers(cfg: RealTextConfig) -> dict[str, Retriever]:
     return {"start": start, "ict": Retriever.from_pretrained(out / "ict" / "retriever"), "realm": run.model.retriever}
 
 
-def retrieval_rows(cfg: RealTextConfig, sets: dict, bm25: dict) -> dict[str, dict]:
-    """``{retriever: {set: accuracy row}}`` for the dense retrievers of ``cfg``'s run, plus the shared BM25 rows."""
+def retrieval_rows(cfg: RealTextConfig, sets: dict, texts: list[str], bm25: dict) -> dict[str, dict]:
+    """``{retriever: {set: accuracy row}}`` for the dense retrievers of ``cfg``'s run, plus the shared BM25 rows;
+    ``texts`` are the run's ``block_texts``."""
     out = Path(cfg.out)
     pretrain = load_config(PretrainConfig, out / "config.yaml")
     tokenizer, blocks = load_tokenizer(pretrain.data.tokenizer), load_blocks(pretrain.data.blocks)
-    texts = block_texts(pretrain.data.blocks)
     rows = {}
     for name, retriever in retrievers(cfg).items():
         retriever.eval()
@@ -131,7 +130,6 @@ def retrieval_rows(cfg: RealTextConfig, sets: dict, bm25: dict) -> dict[str, dic
 def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict]:
     """Exact match of QA fine-tuned from each dense start, on every set (all / answerable questions)."""
     out = Path(cfg.out)
-    base = finetune_config(cfg)
     data = {"tokenizer": cfg.init_from or str(out / "tokenizer"), "blocks": str(out / "blocks")}
     bert = cfg.init_from or str(out / "warmup" / "encoder")
     starts = {
@@ -146,12 +144,7 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
     for name, sections in ((name, starts[name]) for name in names):
         qa_dir = out / f"qa_{name}"
         if not (qa_dir / "bench_em.json").is_file():
-            tuned = load_config(FinetuneConfig, cfg.finetune_config, {
-                "train": {"run_dir": str(qa_dir), "seed": cfg.seed, "max_steps": base.train.max_steps},
-                "task": {"name": base.task.name, "train": base.task.train, "dev_name": base.task.dev_name,
-                         "dev": base.task.dev, "max_dev_questions": base.task.max_dev_questions},
-                "retriever": retriever, **sections})  # fmt: skip
-            finetune_and_evaluate(tuned)
+            finetune_and_evaluate(finetune_config(cfg, qa_dir, {"retriever": retriever, **sections}))
             model, ctx, _ = load_qa_run(qa_dir)
             em = {}
             for set_name, (questions, can_answer) in sets.items():
@@ -231,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
                              summary["heldout_accuracy_closed_book_start"]),
                      "realm": (summary["heldout_accuracy_retrieval"], summary["heldout_accuracy_closed_book"])}
             run = {"summary": summary, "answerable": {n: sum(a) for n, (_, a) in answer_sets.items()}, "cloze": cloze,
-                   "retrieval": retrieval_rows(cfg, answer_sets, bm25)}  # fmt: skip
+                   "retrieval": retrieval_rows(cfg, answer_sets, texts, bm25)}  # fmt: skip
             if args.qa_rows:
                 run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows)
             timing[f"{init}/seed{seed}"] = time.perf_counter() - t

@@ -16,7 +16,7 @@ from realm.data.packing import SpecialIds, pack_single, pad
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import Retriever
 from realm.qa.datasets import QAExample
-from realm.qa.metrics import compile_pattern, has_answer, simple_tokenize, top_k_accuracy
+from realm.qa.metrics import compile_pattern, has_answer, nfd_tokens, top_k_accuracy
 
 logger = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ def answerable(questions: Sequence[QAExample], texts: Sequence[str]) -> list[boo
     """Whether an answer of each question occurs anywhere in the corpus, by ``has_answer``'s own rule (a contiguous
     run of its tokens; a regex search for CuratedTrec), so that top-k accuracy over these questions has ceiling 1."""
     # note: one token string for the whole corpus, with a separator no token can equal, so a run never spans blocks
-    tokens = " \x00 ".join(" ".join(simple_tokenize(unicodedata.normalize("NFD", t), uncased=True)) for t in texts)
+    tokens = " \x00 ".join(" ".join(nfd_tokens(t)) for t in texts)
     corpus = f" {tokens} "
     nfd = "\n\n".join(unicodedata.normalize("NFD", t) for t in texts)
     out = []
@@ -105,7 +105,7 @@ def answerable(questions: Sequence[QAExample], texts: Sequence[str]) -> list[boo
         if q.answers_are_regex:
             out.append(any(compile_pattern(p).search(nfd) is not None for p in q.answers))
         else:
-            runs = (" ".join(simple_tokenize(unicodedata.normalize("NFD", a), uncased=True)) for a in q.answers)
+            runs = (" ".join(nfd_tokens(a)) for a in q.answers)
             out.append(any(run and f" {run} " in corpus for run in runs))
     return out
 

@@ -27,15 +27,16 @@ from realm.data.blocks import build_blocks_from_config, load_blocks
 from realm.data.cloze_sets import ClozeSets, choose_heldout_docs, write_cloze_sets
 from realm.data.corpus import CorpusConfig, read_documents
 from realm.data.tagging import TaggingConfig, build_tagger
-from realm.data.vocab import load_tokenizer, train_wordpiece
+from realm.data.vocab import train_wordpiece
+from realm.models.pretrained import model_tokenizer
+from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS
 from realm.pretrain.config import PretrainConfig
 
 logger = logging.getLogger(__name__)
 
 STAGES = ("data", "warm_start", "pretrain", "qa")
 
-RETRIEVER_SHAPE = ("embed_dim", "pooling", "init_projection", "score", "score_scale", "max_query_length",
-                   "max_block_length")
+RETRIEVER_SHAPE = (*RETRIEVER_SHAPE_DEFAULTS, "init_projection", "max_query_length", "max_block_length")
 """What the warm-start stages take from the pre-training config's retriever, so their retriever is the one it loads."""
 
 
@@ -98,16 +99,17 @@ def prepare_data(cfg: RealTextConfig, max_block_length: int) -> tuple[dict[str, 
     out = Path(cfg.out)
     corpus = dataclasses.replace(cfg.corpus, max_block_length=max_block_length)
     if cfg.init_from:
-        tokenizer, tokenizer_path = load_tokenizer(cfg.init_from), cfg.init_from
+        tokenizer, tokenizer_path = model_tokenizer(cfg.init_from), cfg.init_from
     else:
         texts = (f"{doc.title}\n{doc.text}" for doc in read_documents(corpus))
         tokenizer, tokenizer_path = train_wordpiece(texts, cfg.vocab_size, out / "tokenizer"), str(out / "tokenizer")
     blocks_dir = build_blocks_from_config(corpus, tokenizer, out / "blocks")
     blocks = load_blocks(blocks_dir)
-    heldout = choose_heldout_docs(blocks["doc_id"], cfg.heldout_docs, cfg.seed)
+    doc_ids = set(blocks["doc_id"])
+    heldout = choose_heldout_docs(doc_ids, cfg.heldout_docs, cfg.seed)
     sets = write_cloze_sets(blocks, out / "cloze", heldout, build_tagger(cfg.tagging), cfg.seed,
                             cfg.max_heldout_sentences)  # fmt: skip
-    counts = {"num_blocks": len(blocks), "num_documents": len(set(blocks["doc_id"])), "vocab_size": len(tokenizer),
+    counts = {"num_blocks": len(blocks), "num_documents": len(doc_ids), "vocab_size": len(tokenizer),
               **{k: v for k, v in dataclasses.asdict(sets).items() if k.startswith("num_")}}  # fmt: skip
     return {"tokenizer": tokenizer_path, "blocks": str(blocks_dir)}, sets, counts
 
@@ -185,10 +187,14 @@ def _finish(out: Path, summary: dict[str, Any], t_start: float) -> dict[str, Any
     return summary
 
 
-def finetune_config(cfg: RealTextConfig) -> FinetuneConfig:
-    """QA fine-tuning of the pre-trained run in ``OUT`` (its index frozen), written to ``OUT/qa``."""
+def finetune_config(cfg: RealTextConfig, run_dir: Path | None = None, start: dict[str, Any] | None = None
+                    ) -> FinetuneConfig:  # fmt: skip
+    """QA fine-tuning on ``cfg``'s questions, written to ``run_dir`` (default ``OUT/qa``), starting as ``start``
+    says (config sections such as ``init`` and ``data``; default the pre-trained run in ``OUT``, its index frozen)."""
     out = Path(cfg.out)
-    train = {"run_dir": str(out / "qa"), "seed": cfg.seed, **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})}
+    train = {"run_dir": str(run_dir or out / "qa"), "seed": cfg.seed,
+             **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})}  # fmt: skip
     task = {"name": cfg.qa.train_task, "train": cfg.qa.train, "dev_name": cfg.qa.dev_task, "dev": cfg.qa.dev,
             "max_dev_questions": cfg.qa.max_dev_questions}  # fmt: skip
-    return load_config(FinetuneConfig, cfg.finetune_config, {"train": train, "task": task, "init": {"run": str(out)}})
+    return load_config(FinetuneConfig, cfg.finetune_config,
+                       {"train": train, "task": task, **(start or {"init": {"run": str(out)}})})  # fmt: skip

@@ -23,6 +23,7 @@ from realm.core.config import load_config
 from realm.core.errors import run_command
 from realm.core.logging import init_logging, set_num_threads
 from realm.pretrain.config import PretrainConfig
+from realm_cli.summary_table import format_rows
 
 logger = logging.getLogger(__name__)
 
@@ -168,12 +169,7 @@ def format_table(summary: dict) -> str:
         ("trainer wait fraction", summary["trainer_wait_fraction"]),
         ("wall seconds", summary["wall_seconds"]),
     ]
-    width = max(len(name) for name, _ in rows)
-    lines = [
-        f"{name:<{width}}  {value:.3f}" if isinstance(value, float) else f"{name:<{width}}  {value}"
-        for name, value in rows
-    ]
-    return "\n".join(["REALM demo", "-" * (width + 10), *lines])
+    return format_rows("REALM demo", rows)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pipeline.real_text import RealTextConfig, run_real_text
 from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
+from realm_cli.summary_table import format_rows
 
 DEFAULT_CONFIG = "configs/real_text/default.yaml"
 
@@ -32,11 +33,7 @@ ROWS = (
 
 
 def format_table(summary: dict) -> str:
-    rows = [(name, summary[key]) for name, key in ROWS if key in summary]
-    width = max(len(name) for name, _ in rows)
-    lines = [f"{name:<{width}}  {value:.3f}" if isinstance(value, float) else f"{name:<{width}}  {value}"
-             for name, value in rows]  # fmt: skip
-    return "\n".join(["REALM on real text", "-" * (width + 10), *lines])
+    return format_rows("REALM on real text", [(name, summary[key]) for name, key in ROWS if key in summary])
 
 
 def main(argv: list[str] | None = None) -> int:

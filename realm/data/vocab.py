@@ -158,6 +158,14 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True, ensure_ascii=False).encode("utf-8")).hexdigest()
 
 
+def looks_local(name_or_path: str | Path) -> bool:
+    """Whether ``name_or_path`` names a local path rather than a hub model: absolute, starting with ``.`` or ``~``,
+    or existing (the rule every loader of a tokenizer or model folder follows)."""
+    name = str(name_or_path)
+    path = Path(name).expanduser()
+    return path.is_absolute() or name.startswith((".", "~")) or path.exists()
+
+
 def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     """Loads a pretrained fast tokenizer from a local folder or (when online) a hub name.
 
@@ -168,11 +176,11 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     """
     name = str(name_or_path)
     path = Path(name).expanduser()
-    looks_local = path.is_absolute() or name.startswith((".", "~")) or path.exists()
-    if looks_local and not path.is_dir():
+    local = looks_local(name)
+    if local and not path.is_dir():
         raise MissingFileError(f"tokenizer folder not found: {path}")
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(path) if looks_local else name)
+        tokenizer = AutoTokenizer.from_pretrained(str(path) if local else name)
     except (OSError, ValueError) as err:
         raise InputError(
             f"could not load a tokenizer from {name!r} (a local folder, or a hub name when online): {err}"

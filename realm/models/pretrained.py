@@ -19,7 +19,7 @@ from transformers import BertConfig, PreTrainedTokenizerBase
 from transformers.utils import cached_file
 
 from realm.core.errors import ConfigError, InputError, MissingFileError
-from realm.data.vocab import load_tokenizer
+from realm.data.vocab import load_tokenizer, looks_local
 
 POOLINGS = ("cls", "mean")
 """The poolings the embedders implement (``realm.models.retriever.Embedder``)."""
@@ -35,16 +35,9 @@ _ST_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens"
 """sentence-transformers ``Pooling`` flags -> our pooling; the other flags (max, mean_sqrt_len, ...) have no match."""
 
 
-def _is_local(name_or_path: str | Path) -> bool:
-    """Whether ``name_or_path`` names a local path rather than a hub model (the rule of ``load_tokenizer``)."""
-    name = str(name_or_path)
-    path = Path(name).expanduser()
-    return path.is_absolute() or name.startswith((".", "~")) or path.exists()
-
-
 def _file(name_or_path: str | Path, filename: str) -> Path | None:
     """``filename`` of a folder, or of a hub model's cached snapshot (downloaded when online); None if absent."""
-    if _is_local(name_or_path):
+    if looks_local(name_or_path):
         path = Path(name_or_path).expanduser() / filename
         return path if path.is_file() else None
     found = cached_file(
@@ -64,7 +57,7 @@ def read_bert_config(name_or_path: str | Path) -> BertConfig:
         InputError: A folder without ``config.json``, or a hub name that cannot be read (offline, or no such model).
     """
     name = str(name_or_path)
-    if _is_local(name):
+    if looks_local(name):
         folder = Path(name).expanduser()
         if not folder.is_dir():
             raise MissingFileError(f"pretrained BERT folder not found: {folder}")

@@ -156,12 +156,13 @@ def has_answer(text: str, answers: Sequence[str], *, regex: bool = False) -> boo
     if regex:
         text = unicodedata.normalize("NFD", text)
         return any(compile_pattern(pattern).search(text) is not None for pattern in answers)
-    text_tokens = _nfd_tokens(text)
-    return any(contains_run(text_tokens, _nfd_tokens(answer)) for answer in answers)
+    text_tokens = nfd_tokens(text)
+    return any(contains_run(text_tokens, nfd_tokens(answer)) for answer in answers)
 
 
 @functools.lru_cache(maxsize=16384)
-def _nfd_tokens(text: str) -> tuple[str, ...]:
+def nfd_tokens(text: str) -> tuple[str, ...]:
+    """``has_answer``'s tokens of a text or answer: NFD-normalised, ``simple_tokenize``d, uncased."""
     # note: cached because fine-tuning checks the same blocks (and answers) against many questions at every step
     return tuple(simple_tokenize(unicodedata.normalize("NFD", text), uncased=True))
 
