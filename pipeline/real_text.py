@@ -3,8 +3,9 @@ questions to fine-tune on and QA questions to evaluate on.
 
 corpus -> vocabulary (WordPiece trained on the corpus, or the pretrained folder's own) -> blocks -> cloze sets (X:
 the training articles' sentences; held out: sentences of held-out articles with one salient span each, tagged by
-spaCy by default) -> warm start (reader warm-up, ICT) -> REALM pre-training with the asynchronous index builder ->
-held-out span accuracy with retrieval and closed book -> QA fine-tuning -> exact match on the dev questions.
+spaCy by default) -> warm start (copy curriculum from scratch, reader warm-up, ICT) -> REALM pre-training with the
+asynchronous index builder -> held-out span accuracy with retrieval and closed book -> QA fine-tuning -> exact match
+on the dev questions.
 Writes ``OUT/summary.json``. ``realm real-text`` and ``bench/real_open_qa.py`` call ``run_real_text``.
 """
 

@@ -4,6 +4,11 @@ REALM starts its encoder and both retriever towers from one BERT, and ORQA's ICT
 retrieval already helps (otherwise the encoder learns to ignore the documents). A from-scratch encoder first learns to
 read in ``realm warmup`` (what BERT's own pre-training gives REALM); a pretrained BERT folder (``init_from``) still
 goes through it when it lacks an MLM head (its transform is new), and can skip it otherwise (``warmup_steps: 0``).
+
+On real text a from-scratch encoder does not learn to copy in the reader warm-up (its salient wordpieces are rare), so
+the real-text pipeline first runs a copy curriculum (``copy_curriculum``): ``realm warmup`` on copy-only corpora
+(``realm.data.copy_corpus``) over a word list that grows, each stage from the previous stage's encoder, the reader
+warm-up then starting from the last (``docs/real_text.md``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,10 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.config import load_config
+from realm.data.blocks import build_blocks_from_config, load_blocks
+from realm.data.copy_corpus import frequent_words, write_copy_corpus
+from realm.data.corpus import CorpusConfig
+from realm.data.vocab import load_tokenizer
 from realm.models.bert import ModelConfig
 from warmstart.ict import ICTConfig, train_ict
 from warmstart.reader import WarmupConfig, train_warmup
@@ -25,6 +34,26 @@ logger = logging.getLogger(__name__)
 # so the pre-training config's shape reaches both warm-start stages; the demo configs' rates are scaled to the width
 # (optim.lr_base_width), so the shape is the only thing to change for a larger encoder
 SHAPE_KEYS = ("hidden_size", "num_layers", "num_heads", "intermediate_size")
+
+
+@dataclass(kw_only=True, slots=True)
+class CopyStage:
+    """One stage of the copy curriculum: ``steps`` of ``realm warmup --task.masking=random_token`` on blocks of
+    ``sentences`` sentences of words drawn from the ``words`` most frequent single-wordpiece words of the corpus."""
+
+    words: int
+    """0: every single-wordpiece word of the corpus."""
+    steps: int
+    sentences: int = 1
+    """Sentences of 4-6 words a block; several (with a ``block_length`` to hold them) teach finding the query's
+    sentence among others at real-text block lengths."""
+    block_length: int | None = None
+    """Wordpieces a block (None: ``WarmStartConfig.copy_block_length``)."""
+
+    def __post_init__(self) -> None:
+        if self.words < 0 or self.steps < 1 or self.sentences < 1:
+            raise ValueError(f"a copy stage needs words >= 0, steps >= 1 and sentences >= 1, got words={self.words} "
+                             f"steps={self.steps} sentences={self.sentences}")  # fmt: skip
 
 
 @dataclass(kw_only=True, slots=True)
@@ -39,8 +68,18 @@ class WarmStartConfig:
     """ICT steps (None: the config's)."""
     stage_overrides: dict[str, Any] = field(default_factory=dict)
     """Config sections given to both stages on top of their YAML (e.g. ``retriever`` lengths, ``tagging``)."""
+    copy_curriculum: list[CopyStage] = field(default_factory=list)
+    """Copy stages run in order before the reader warm-up, for an encoder from scratch (empty: none)."""
+    copy_sentences: int = 20000
+    """Sentences of each copy corpus (its blocks hold the stage's ``sentences`` each)."""
+    copy_query_length: int = 24
+    copy_block_length: int = 32
+    """Wordpieces of a copy stage's query and (unless the stage names its own) block: a 4-6 word sentence and its
+    title, not the pipeline's lengths."""
 
     def __post_init__(self) -> None:
+        if self.copy_curriculum and self.warmup_steps == 0:
+            raise ValueError("copy_curriculum needs the reader warm-up after it (warmup_steps is 0)")
         for name in ("warmup_steps", "ict_steps"):
             value = getattr(self, name)
             if value is not None and value < 0:
@@ -55,6 +94,8 @@ class WarmStart:
 
     encoder: Path | None
     """``OUT/warmup/encoder`` (None when the warm-up was skipped)."""
+    copied: Path | None
+    """The last copy stage's encoder, ``OUT/copy/STAGE/encoder`` (None without a curriculum)."""
     retriever: Path
     """``OUT/ict/retriever``."""
     seconds: dict[str, float]
@@ -75,8 +116,37 @@ def stage_config(cls: type, path: str, out: Path, seed: int, data: dict[str, str
     return load_config(cls, path, {**sections, "train": train, "data": data})
 
 
+def copy_curriculum(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str], model: dict[str, Any]
+                    ) -> Path:  # fmt: skip
+    """Runs ``cfg.copy_curriculum`` into ``out/copy/I_words_N/`` (corpus, blocks, warm-up run) and returns the last
+    stage's encoder. The words come from the pipeline's own blocks and vocabulary; each stage is seeded by ``seed``."""
+    tokenizer = load_tokenizer(data["tokenizer"])
+    texts = load_blocks(data["blocks"])["text"]
+    encoder = None
+    for i, stage in enumerate(cfg.copy_curriculum):
+        stage_dir = out / "copy" / f"{i}_words_{stage.words or 'all'}"
+        block_length = stage.block_length or cfg.copy_block_length
+        retriever = {**cfg.stage_overrides.get("retriever", {}), "max_query_length": cfg.copy_query_length,
+                     "max_block_length": block_length}  # fmt: skip
+        corpus = write_copy_corpus(frequent_words(texts, tokenizer, stage.words), stage_dir / "corpus.jsonl",
+                                   max(1, cfg.copy_sentences // stage.sentences), seed, stage.sentences)  # fmt: skip
+        corpus_cfg = CorpusConfig(path=str(corpus), max_block_length=block_length, max_title_length=4)
+        blocks = build_blocks_from_config(corpus_cfg, tokenizer, stage_dir / "blocks")
+        # note: random wordpieces masked, so that every masked wordpiece is a copy target; the rule tagger because a
+        # random-word sentence has no salient span to find (spaCy would only cost time); the learning-rate decay in
+        # each stage's last fifth, as in the measured curriculum
+        sections = {**cfg.stage_overrides, "retriever": retriever, "tagging": {"kind": "rule"},
+                    "task": {"masking": "random_token"}, "optim": {"decay_steps": max(1, stage.steps // 5)},
+                    "model": {**model, **({"init_from": str(encoder)} if encoder else {})}}  # fmt: skip
+        stage_data = {"tokenizer": data["tokenizer"], "blocks": str(blocks)}
+        warmup = stage_config(WarmupConfig, cfg.warmup_config, stage_dir, seed, stage_data, stage.steps, sections)
+        encoder = train_warmup(warmup)
+    return encoder
+
+
 def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str], model: dict[str, Any]) -> WarmStart:
-    """Reader warm-up (unless ``cfg.warmup_steps == 0``) into ``out/warmup``, then ICT into ``out/ict``.
+    """The copy curriculum (if any) into ``out/copy``, the reader warm-up (unless ``cfg.warmup_steps == 0``) into
+    ``out/warmup``, then ICT into ``out/ict``.
 
     ``model`` is the stages' ``model`` section (``encoder_shape``). ICT starts from the warmed-up encoder when the
     encoder started from scratch (measured on the demo world: ICT recall@4 0.674 from it, 0.623 from a random BERT),
@@ -84,11 +154,18 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
     """
     seconds: dict[str, float] = {}
     sections = cfg.stage_overrides
-    encoder = None
+    encoder = copied = None
+    if cfg.copy_curriculum:
+        if model.get("init_from"):
+            raise ValueError("copy_curriculum is for an encoder from scratch; init_from names a pretrained one")
+        t = time.perf_counter()
+        copied = copy_curriculum(cfg, out, seed, data, {**sections.get("model", {}), **model})
+        seconds["copy_s"] = time.perf_counter() - t
     if cfg.warmup_steps != 0:
         t = time.perf_counter()
+        warmup_model = {**sections.get("model", {}), **model, **({"init_from": str(copied)} if copied else {})}
         warmup = stage_config(WarmupConfig, cfg.warmup_config, out / "warmup", seed, data, cfg.warmup_steps,
-                              {**sections, "model": {**sections.get("model", {}), **model}})  # fmt: skip
+                              {**sections, "model": warmup_model})  # fmt: skip
         encoder = train_warmup(warmup)
         seconds["warmup_s"] = time.perf_counter() - t
     ict_model = {**model, "init_from": str(encoder)} if encoder and not model.get("init_from") else model
@@ -99,4 +176,4 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
                        {**ict_sections, "model": {**ict_sections.get("model", {}), **ict_model}})  # fmt: skip
     retriever = train_ict(ict)
     seconds["ict_s"] = time.perf_counter() - t
-    return WarmStart(encoder, retriever, seconds)
+    return WarmStart(encoder, copied, retriever, seconds)

@@ -46,7 +46,7 @@ class OptimConfig:
     holds the retriever's steps small until the reader reads the documents, when its gradients start to carry signal.
     Measured from a young (40-step ICT) retriever at ``retriever_lr_scale`` 1.0, 3 starts x 3 index schedules: with
     the encoder's 50 steps, 2 of the 9 runs lost their candidates at the rate's peak (held-out accuracy 0.015, 0.167);
-    with 200, none did, and all 9 ended better (+0.228 on average; README, "Index freshness")."""
+    with 200, none did, and all 9 ended better (+0.228 on average; docs/evidence.md, "Index freshness")."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (0 disables clipping)."""
     betas: tuple[float, float] = (0.9, 0.999)

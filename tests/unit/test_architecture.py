@@ -116,3 +116,23 @@ def test_no_import_cycles():
 def test_no_module_is_over_the_size_limit():
     sizes = {m: len(p.read_text().splitlines()) for m, p in _modules().items()}
     assert not {m: n for m, n in sizes.items() if n > MAX_MODULE_LINES}
+
+
+README_MAX_LINES = 300
+
+
+def _readme_tree() -> str:
+    """The README's architecture block: the fenced block under "## Architecture"."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Architecture", 1)[1]
+    return section.split("```", 2)[1]
+
+
+def test_the_readme_is_a_map_whose_tree_names_every_top_level_folder_of_code():
+    assert len((ROOT / "README.md").read_text().splitlines()) <= README_MAX_LINES, "experiment logs belong in docs/"
+    named = {line.split()[0].rstrip("/") for line in _readme_tree().splitlines() if line and not line[0].isspace()}
+    folders = {p.name for p in ROOT.iterdir()
+               if p.is_dir() and not p.name.startswith(".") and p.name != "tests" and any(p.glob("*.py"))}
+    assert folders <= named, f"folders of code missing from the README's tree: {sorted(folders - named)}"
+    for doc in ("usage", "recipe", "qa", "knnlm", "evidence", "real_text", "performance"):
+        assert f"docs/{doc}.md" in (ROOT / "README.md").read_text() and (ROOT / "docs" / f"{doc}.md").is_file(), doc

@@ -55,7 +55,8 @@ def test_the_real_text_command_runs_every_stage_on_real_formats(tiny_world, tmp_
         f"--out={out}", f"--corpus.path={tmp_path / 'corpus.json'}", f"--qa.train={tmp_path / 'train.qas'}",
         f"--qa.dev={tmp_path / 'dev.jsonl'}", "--heldout_docs=8", "--max_heldout_sentences=30", "--vocab_size=800",
         "--tagging.kind=rule", "--warm_start.warmup_steps=4", "--warm_start.ict_steps=4", "--qa_steps=3",
-        f"--pretrain_overrides={json.dumps(TINY)}",
+        f"--pretrain_overrides={json.dumps(TINY)}", "--warm_start.copy_sentences=120",
+        '--warm_start.copy_curriculum=[{"words": 20, "steps": 2}, {"words": 0, "steps": 2, "sentences": 3}]',
     ])  # fmt: skip
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -65,8 +66,10 @@ def test_the_real_text_command_runs_every_stage_on_real_formats(tiny_world, tmp_
     for key in ("heldout_accuracy_retrieval", "heldout_accuracy_closed_book", "qa_exact_match_end"):
         assert 0.0 <= summary[key] <= 1.0
     # every stage published where the next one reads it
-    for folder in ("tokenizer", "blocks", "warmup/encoder", "ict/retriever", "qa"):
+    for folder in ("tokenizer", "blocks", "copy/0_words_20/encoder", "copy/1_words_all/encoder", "warmup/encoder",
+                   "ict/retriever", "qa"):  # fmt: skip
         assert (out / folder).is_dir(), folder
+    assert {"copy_s", "warmup_s", "ict_s"} <= set(summary["stage_seconds"])
     # held-out articles never give a pre-training query
     x_uids = {r["source_uid"] for _, r in iter_jsonl(out / "cloze" / "pretrain.jsonl")}
     heldout = [r for _, r in iter_jsonl(out / "cloze" / "heldout.jsonl")]

@@ -1,8 +1,8 @@
 """The demo recipe must *learn*, checked at a CI size: every stage of ``realm demo`` (reader warm-up, ICT,
 pre-training with the child builder and reproducible swaps, QA) on a 300-entity world, so that a recipe regression
-turns CI red instead of only the figures in the README.
+turns CI red instead of only the figures in docs/evidence.md.
 
-What is asserted is what the demo claims, with margins measured on this exact command (README, "Reproducible runs";
+What is asserted is what the demo claims, with margins measured on this exact command (docs/evidence.md, "Reproducible runs";
 the run is deterministic, so the margins cover only other CPUs' rounding): held-out facts are read from the
 retrieved article far above closed book and above the starting model; the learning curve is logged; and QA,
 fine-tuned on questions about training entities, answers questions about *held-out* entities it never trained on.

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from pipeline import warm_start as ws
 from realm.core.config import load_config
+from realm.data.blocks import build_blocks_from_config
+from realm.data.corpus import CorpusConfig
+from realm.data.vocab import train_wordpiece
 from tests.helpers import ROOT
 from warmstart.reader import WarmupConfig, WarmupTask
 
@@ -69,3 +73,62 @@ def test_the_warmup_masks_salient_spans_or_random_wordpieces_and_nothing_else():
         WarmupTask(masking="random_span")
     with pytest.raises(ValueError, match="task.masking does not apply"):
         WarmupTask(closed_book=True, sentences="x.jsonl", masking="random_token")
+
+
+def _real_data(tmp_path: Path) -> dict[str, str]:
+    """A tiny WordPiece vocabulary and the blocks of a ten-document corpus in it."""
+    texts = [f"Paris is the capital city of France number {i}. The river Seine runs through it." for i in range(10)]
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"id": str(i), "title": "t", "text": t}) + "\n" for i, t in enumerate(texts)))
+    tokenizer = train_wordpiece(texts, 120, tmp_path / "tok")
+    blocks = build_blocks_from_config(CorpusConfig(path=str(corpus), max_block_length=32, max_title_length=4),
+                                      tokenizer, tmp_path / "b")
+    return {"tokenizer": str(tmp_path / "tok"), "blocks": str(blocks)}
+
+
+def test_the_copy_curriculum_chains_its_stages_into_the_reader_warmup(monkeypatch, tmp_path):
+    runs = []
+
+    def warmup(cfg):  # each stage publishes RUN/encoder
+        runs.append(cfg)
+        return Path(cfg.train.run_dir) / "encoder"
+
+    monkeypatch.setattr(ws, "train_warmup", warmup)
+    monkeypatch.setattr(ws, "train_ict", lambda cfg: runs.append(cfg) or tmp_path / "ict" / "retriever")
+    data = _real_data(tmp_path)
+    cfg = ws.WarmStartConfig(**CONFIGS, copy_sentences=30, copy_curriculum=[
+        ws.CopyStage(words=3, steps=5), ws.CopyStage(words=0, steps=10, sentences=3, block_length=48)],
+        stage_overrides={"retriever": {"max_block_length": 64}, "tagging": {"kind": "spacy"}})  # fmt: skip
+    out = ws.warm_start(cfg, tmp_path / "run", 1, data, {"hidden_size": 32, "num_layers": 1})
+    first, second, reader, ict = runs
+    assert [Path(r.train.run_dir).name for r in runs] == ["0_words_3", "1_words_all", "warmup", "ict"]
+    # the copy stages: random wordpieces masked over copy blocks of their own lengths, from scratch then chained
+    for stage, steps, block_length in ((first, 5, 32), (second, 10, 48)):
+        assert stage.task.masking == "random_token" and stage.tagging.kind == "rule"
+        assert stage.train.max_steps == steps and stage.optim.decay_steps == max(1, steps // 5)
+        assert (stage.retriever.max_query_length, stage.retriever.max_block_length) == (24, block_length)
+        assert stage.data.tokenizer == data["tokenizer"] and stage.data.blocks != data["blocks"]
+    assert first.model.init_from is None and first.model.hidden_size == 32
+    assert second.model.init_from == str(Path(first.train.run_dir) / "encoder")
+    words = {w for line in (Path(first.train.run_dir) / "corpus.jsonl").read_text().splitlines()
+             for w in json.loads(line)["text"].removesuffix(".").split()}  # fmt: skip
+    assert len(words) == 3 and words <= {"the", "paris", "is", "capital", "city", "of", "france", "number"}
+    # the last stage's 30 sentences come three a block
+    lines = (Path(second.train.run_dir) / "corpus.jsonl").read_text().splitlines()
+    texts = [json.loads(line)["text"] for line in lines]
+    assert len(texts) == 10 and all(text.count(".") == 3 for text in texts)
+    # the reader warm-up starts from the last copy encoder, on the pipeline's data and lengths; ICT from the warm-up
+    assert reader.model.init_from == str(out.copied) == str(Path(second.train.run_dir) / "encoder")
+    assert reader.task.masking == "salient" and reader.tagging.kind == "spacy" and reader.data.blocks == data["blocks"]
+    assert reader.retriever.max_block_length == 64 and ict.model.init_from == str(out.encoder)
+    assert set(out.seconds) == {"copy_s", "warmup_s", "ict_s"}
+
+
+def test_a_copy_curriculum_needs_a_from_scratch_encoder_and_the_reader_warmup(tmp_path):
+    with pytest.raises(ValueError, match="needs the reader warm-up after it"):
+        ws.WarmStartConfig(warmup_steps=0, copy_curriculum=[ws.CopyStage(words=10, steps=1)])
+    with pytest.raises(ValueError, match="words >= 0, steps >= 1 and sentences >= 1"):
+        ws.CopyStage(words=10, steps=0)
+    cfg = ws.WarmStartConfig(**CONFIGS, copy_curriculum=[ws.CopyStage(words=10, steps=1)])
+    with pytest.raises(ValueError, match="for an encoder from scratch"):
+        ws.warm_start(cfg, tmp_path, 0, DATA, {"init_from": "minilm/"})
