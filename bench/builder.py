@@ -42,7 +42,7 @@ from transformers import BertConfig, BertTokenizer
 
 from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
-from realm.index import versions
+from realm.run import live_index
 from realm.index.build import PRECISIONS
 from realm.index.embedding import block_lengths, embed_blocks, packed_batches
 from realm.models.retriever import Retriever, RetrieverConfig
@@ -143,7 +143,7 @@ def builder_run(run_dir: Path, processes: int, args: argparse.Namespace) -> dict
     wall = time.perf_counter() - started
     if proc.returncode != 0:
         raise RuntimeError(f"builder with {processes} process(es) failed:\n{proc.stderr[-4000:]}")
-    manifest = publication.read_manifest(versions.current_index_version(run_dir))
+    manifest = publication.read_manifest(live_index.current_index_version(run_dir))
     assert manifest["builder_processes"] == processes, manifest["builder_processes"]
     n = manifest["num_vectors"]
     return {

@@ -60,6 +60,7 @@ from realm.data.corpus import CorpusConfig  # noqa: E402
 from realm.data.jsonl import iter_jsonl  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
+from realm.run.layout import METRICS_FILE  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
@@ -143,7 +144,7 @@ def pretrain_row(
     wall = time.perf_counter() - t0  # note: the row's own cost; the staleness diagnostics below are not part of it
     drift = torch.nn.functional.cosine_similarity(ict, final, dim=1).mean().item()
     extra = {"ict_index_span_accuracy": evaluate(ict).span_accuracy, "doc_cosine_ict_final": drift}
-    return figures | extra | training_recall(out / "metrics.jsonl", steps) | {"wall_s": wall}, trainer, start_figures
+    return figures | extra | training_recall(out / METRICS_FILE, steps) | {"wall_s": wall}, trainer, start_figures
 
 
 def training_recall(metrics_path: Path, steps: int) -> dict:

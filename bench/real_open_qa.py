@@ -47,6 +47,7 @@ from pipeline.real_text import RETRIEVER_SHAPE, RealTextConfig, finetune_config,
 from pipeline.stages import finetune_and_evaluate  # noqa: E402
 from realm.core.config import load_config, parse_overrides  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
+from realm.run.layout import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
@@ -107,7 +108,7 @@ def retrieval_rows(cfg: RealTextConfig, sets: dict, texts: list[str], bm25: dict
     """``{retriever: {set: accuracy row}}`` for the dense retrievers of ``cfg``'s run, plus the shared BM25 rows;
     ``texts`` are the run's ``block_texts``."""
     out = Path(cfg.out)
-    pretrain = load_config(PretrainConfig, out / "config.yaml")
+    pretrain = load_config(PretrainConfig, out / CONFIG_FILE)
     tokenizer, blocks = load_tokenizer(pretrain.data.tokenizer), load_blocks(pretrain.data.blocks)
     rows = {}
     for name, retriever in retrievers(cfg).items():
@@ -138,7 +139,7 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
         "realm": {"init": {"run": str(out)}},
     }
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
-    shape = load_config(PretrainConfig, out / "config.yaml").retriever
+    shape = load_config(PretrainConfig, out / CONFIG_FILE).retriever
     retriever = {key: getattr(shape, key) for key in RETRIEVER_SHAPE}
     rows = {}
     for name, sections in ((name, starts[name]) for name in names):
@@ -214,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         for seed in args.seeds:
             cfg = pipeline_config(init, seed, work, extra)
             t = time.perf_counter()
-            summary_file = Path(cfg.out) / "summary.json"
+            summary_file = Path(cfg.out) / SUMMARY_FILE
             summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
             if "heldout_accuracy_retrieval" not in summary:  # note: none yet, or one stopped before pre-training
                 summary = run_real_text(dataclasses.replace(cfg, qa_steps=0, stop_after="pretrain"))

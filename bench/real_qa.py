@@ -56,6 +56,7 @@ import torch  # noqa: E402
 from realm.data.blocks import build_blocks_from_config, load_blocks  # noqa: E402
 from realm.data.corpus import CorpusConfig  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
+from realm.run.layout import METRICS_FILE  # noqa: E402
 from realm.models.retriever import Retriever, RetrieverConfig  # noqa: E402
 from realm.qa.datasets import load_task  # noqa: E402
 from realm.qa.metrics import has_answer, simple_tokenize  # noqa: E402
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
             "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
             "num_blocks": len(blocks),
             "train_answer_in_corpus": train_in_corpus,
-            "train_last_logged": last_logged(out / "metrics.jsonl"),
+            "train_last_logged": last_logged(out / METRICS_FILE),
             "rows": rows,
             "table": table,
             "notes": list(NOTES),

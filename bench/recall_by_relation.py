@@ -1,12 +1,15 @@
 """Where a finished ``realm demo`` run's retriever misses: gold-article recall@k of the held-out sentences by entity
 kind and relation, and the first missed sentences with the rank of their gold article and what was retrieved.
 
-    python bench/recall_by_relation.py runs/demo [--k 4] [--examples 8] [--hubness] [--json out.json]
+    python bench/recall_by_relation.py runs/demo [--k 4] [--examples 8] [--hubness] [--mask-hidden]
+        [--retriever runs/demo/ict/retriever] [--json out.json]
 
-The run's final checkpoint embeds every block with its document tower and every held-out sentence (fact masked)
-with its query tower; the search is exact. Reads the world's ``heldout.jsonl`` and ``entities.jsonl``; seconds on 2
-cores. It is how the issue-31 note found that the demo's misses are whole relations whose queries land on the same
-few "hub" articles.
+The run's final checkpoint (or ``--retriever``, e.g. the ICT retriever pre-training started from) embeds every block
+with its document tower and every held-out sentence (fact masked) with its query tower; the search is exact.
+``--mask-hidden`` adds the recall with the query's [MASK] wordpieces hidden from the query tower (attention 0): how
+much the masked run itself pulls queries off their article (docs/recipe.md, point 5). Reads the world's
+``heldout.jsonl`` and ``entities.jsonl``; seconds on 2 cores. It is how the issue-31 note found that the demo's
+misses are whole relations whose queries land on the same few "hub" articles, and then the [MASK] run behind them.
 """
 
 from __future__ import annotations
@@ -25,22 +28,32 @@ from realm.core.logging import init_logging  # noqa: E402
 from realm.data.jsonl import iter_jsonl  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.evaluation import embed_corpus, gold_block_ids, gold_titles, heldout_batches  # noqa: E402
+from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
 
 
-def embeddings(run_dir: Path) -> tuple[torch.Tensor, torch.Tensor, list[set[int]], list[str]]:
-    """([Q, D] held-out query embeddings, [N, D] block embeddings, each query's gold block ids, block titles) of the
-    run's final checkpoint."""
+def masks_hidden(input_ids: torch.Tensor, attention_mask: torch.Tensor, mask_id: int) -> torch.Tensor:
+    """``attention_mask`` with every [MASK] position set to 0: the query as its tower would see it without the run."""
+    return attention_mask.masked_fill(input_ids == mask_id, 0)
+
+
+def embeddings(run_dir: Path, retriever: Path | None = None, hide_masks: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor, list[set[int]], list[str], torch.Tensor | None]:  # fmt: skip
+    """([Q, D] held-out query embeddings, [N, D] block embeddings, each query's gold block ids, block titles, and
+    with ``hide_masks`` the [Q, D] query embeddings with their [MASK]s hidden) of the run's final checkpoint, or of
+    the ``retriever`` folder over the run's blocks."""
     run = load_run(run_dir)
     cfg = run.cfg
-    embedder, length = run.model.retriever.doc_embedder, cfg.retriever.max_block_length
-    blocks = embed_corpus(embedder, run.store.blocks, run.special, length)
+    towers = Retriever.from_pretrained(retriever).eval() if retriever else run.model.retriever
+    blocks = embed_corpus(towers.doc_embedder, run.store.blocks, run.special, cfg.retriever.max_block_length)
     rows = prepared_sentences(cfg.data.heldout, run.tokenizer, None, cfg.retriever.max_query_length, run_dir / "data")
+    batches = list(heldout_batches(rows, run.special, cfg.retriever.max_query_length, 64))
     with torch.no_grad():
-        queries = torch.cat([run.model.retriever.embed_queries(b.query_input_ids, b.query_attention_mask)
-                             for b in heldout_batches(rows, run.special, cfg.retriever.max_query_length, 64)])
+        queries = torch.cat([towers.embed_queries(b.query_input_ids, b.query_attention_mask) for b in batches])
+        hidden = torch.cat([towers.embed_queries(b.query_input_ids, masks_hidden(b.query_input_ids,
+                            b.query_attention_mask, run.special.mask)) for b in batches]) if hide_masks else None
     gold = gold_block_ids(run.store, gold_titles(cfg.data.heldout))
-    return queries, blocks, gold, list(run.store.blocks["title"])
+    return queries, blocks, gold, list(run.store.blocks["title"]), hidden
 
 
 def gold_ranks(scores: torch.Tensor, gold: list[set[int]]) -> tuple[list[int], list[list[int]]]:
@@ -86,21 +99,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--k", type=int, default=4)
     parser.add_argument("--examples", type=int, default=8, help="missed sentences to show")
     parser.add_argument("--hubness", action="store_true", help="also recall@k under hubness corrections")
+    parser.add_argument("--mask-hidden", action="store_true", help="also recall@k with the queries' [MASK]s hidden")
+    parser.add_argument("--retriever", default=None, help="a retriever folder to measure instead of the final one")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     run = Path(args.run)
     if not (run / "world" / "entities.jsonl").is_file():
         parser.error(f"{run}: no world/entities.jsonl; give the output folder of a realm demo run")
     init_logging()
-    queries, blocks, gold, titles = embeddings(run)
+    queries, blocks, gold, titles, hidden = embeddings(run, args.retriever and Path(args.retriever), args.mask_hidden)
     ranks, tops = gold_ranks(queries @ blocks.T, gold)
     kinds = {record["id"]: record["kind"] for _, record in iter_jsonl(run / "world" / "entities.jsonl")}
     records = [record for _, record in iter_jsonl(run / "world" / "heldout.jsonl")][: len(ranks)]
     groups = [f"{kinds[r['entity_id']]}/{r['relation']}" for r in records]
     table = recall_by_group(ranks, groups, args.k)
-    print(f"| entity kind / relation | sentences | recall@{args.k} | missed |\n|---|---|---|---|")
+    hidden_ranks = gold_ranks(hidden @ blocks.T, gold)[0] if hidden is not None else None
+    hidden_table = recall_by_group(hidden_ranks, groups, args.k) if hidden_ranks else None
+    extra = " [MASK]s hidden |" if hidden_table else ""
+    print(f"| entity kind / relation | sentences | recall@{args.k} | missed |{extra}\n|---|---|---|---|"
+          + ("---|" if extra else ""))  # fmt: skip
     for group, row in table.items():
-        print(f"| {group} | {row['n']} | {row['recall']:.3f} | {row['missed']} |")
+        cell = f" {hidden_table[group]['recall']:.3f} |" if hidden_table else ""
+        print(f"| {group} | {row['n']} | {row['recall']:.3f} | {row['missed']} |{cell}")
+    overall = {"recall": sum(r < args.k for r in ranks) / len(ranks)}
+    if hidden_ranks:
+        overall["recall_masks_hidden"] = sum(r < args.k for r in hidden_ranks) / len(hidden_ranks)
+    print(f"all {len(ranks)} sentences: " + ", ".join(f"{k} {v:.3f}" for k, v in overall.items()))
     missed = [(r, rank, top) for r, rank, top in zip(records, ranks, tops) if rank >= args.k][: args.examples]
     for record, rank, top in missed:
         print(f"- {record['text']!r} (about {record['entity']}): gold rank {rank + 1}; retrieved "
@@ -109,7 +133,9 @@ def main(argv: list[str] | None = None) -> int:
     if hubness:
         print(f"recall@{args.k} under hubness corrections: " + ", ".join(f"{k} {v:.3f}" for k, v in hubness.items()))
     if args.json:
-        Path(args.json).write_text(json.dumps({"by_relation": table, "ranks": ranks, "hubness": hubness}, indent=2))
+        out = {"overall": overall, "by_relation": table, "by_relation_masks_hidden": hidden_table, "ranks": ranks,
+               "hubness": hubness}  # fmt: skip
+        Path(args.json).write_text(json.dumps(out, indent=2))
     return 0
 
 

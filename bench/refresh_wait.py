@@ -35,6 +35,7 @@ from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B networ
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import read_metrics  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
+from realm.run.layout import METRICS_FILE  # noqa: E402
 from pipeline.synthetic import make_world_data  # noqa: E402
 
 
@@ -95,7 +96,7 @@ def pretrain(run_dir: Path, processes: int, args: argparse.Namespace, data: dict
         raise RuntimeError(f"{processes}-process run failed ({proc.returncode}):\n{proc.stderr[-6000:]}")
     summary = _summary(proc.stdout)
     assert summary["world_size"] == processes, summary  # the processes really formed one group
-    records = [r for r in read_metrics(run_dir / "metrics.jsonl") if "index/staleness" in r]
+    records = [r for r in read_metrics(run_dir / METRICS_FILE) if "index/staleness" in r]
     staleness = [r["index/staleness"] for r in records]
     step_s = [r["time/step_s"] for r in records[1:]]  # the first window includes start-up
     return {

@@ -35,7 +35,7 @@ from realm.models.retriever import Embedder, Retriever, RetrieverConfig
 from realm.qa.evaluation import QAContext
 from realm.qa.model import OpenQAModel
 from realm.qa.spans import Wordpieces
-from realm.run import layout
+from realm.run import layout, live_index
 
 logger = logging.getLogger(__name__)
 
@@ -140,7 +140,7 @@ def frozen_index(out_dir: Path, start: Start, init: InitConfig, index_cfg: Index
         )
         version = build_index_version(out_dir, 0, export, index_cfg)
     else:
-        version = versions.current_index_version(out_dir)
+        version = live_index.current_index_version(out_dir)
         if version is None:
             raise FileNotFoundError(f"{out_dir} has no frozen index (the main process builds it)")
     return versions.load_index_version(version, cfg=index_cfg)

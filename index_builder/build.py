@@ -30,19 +30,19 @@ from pathlib import Path
 import faiss
 import torch
 
-from realm.index.group import BuilderGroup
 from index_builder.sharded import build_index_version_sharded
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, MissingFileError, run_command
 from realm.core.logging import init_logging
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
-from realm.index import versions
 from realm.index.build import build_index_version, check_precision
 from realm.index.embedding import BuildCancelled
+from realm.index.group import BuilderGroup
 from realm.index.mips import IndexConfig
 from realm.index.shards import remove_shard_folders
 from realm.run import layout, publication
+from realm.run.live_index import current_index_step, remove_if_broken
 
 logger = logging.getLogger(__name__)
 
@@ -112,36 +112,6 @@ class IndexBuilderConfig:
                 f"with enable_distributed, device must be 'cpu' or 'cuda' (each rank takes its local GPU), got "
                 f"{self.device!r}; choose the builder's GPUs with CUDA_VISIBLE_DEVICES"
             )
-
-
-def current_index_step(run_dir: str) -> int:
-    """Retriever step of the live index, or -1 when there is none (or CURRENT names an unreadable version)."""
-    version = versions.current_index_version(run_dir)
-    manifest = publication.read_manifest(version) if version is not None else None
-    return int(manifest["step"]) if manifest is not None else -1
-
-
-_VERIFIED: set[str] = set()
-"""Live versions (``name@created``) whose files this builder has checked; published versions never change."""
-
-
-def remove_if_broken(run_dir: str) -> bool:
-    """Checks the live index version's files against its manifest (once per version) and removes it when they do not
-    match, so the builder rebuilds it instead of trusting a manifest the trainer refuses; True when removed."""
-    version = versions.current_index_version(run_dir)
-    manifest = publication.read_manifest(version) if version is not None else None
-    if manifest is None:
-        return False
-    key = f"{version}@{manifest.get('created')}"
-    if key in _VERIFIED:
-        return False
-    problems = publication.manifest_problems(version)
-    if not problems:
-        _VERIFIED.add(key)
-        return False
-    logger.error("live index %s is broken (%s); removing it to rebuild", version, "; ".join(problems))
-    publication.remove_folder(version)
-    return True
 
 
 def _build(

@@ -28,7 +28,7 @@ import datasets
 from transformers import AutoTokenizer
 
 from realm.data.packing import SpecialIds
-from realm.index.build import activate_if_built, load_doc_embedder, publish_new_version
+from realm.index.build import load_doc_embedder, publish_new_version
 from realm.index.embedding import block_lengths
 from realm.index.group import BuilderGroup, PeerError, check_reports, shard_report
 from realm.index.mips import IndexConfig
@@ -41,6 +41,7 @@ from realm.index.shards import (
     shard_folder,
 )
 from realm.run import layout, publication
+from realm.run.live_index import activate_if_built
 
 logger = logging.getLogger(__name__)
 

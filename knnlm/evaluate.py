@@ -36,10 +36,10 @@ from realm.knnlm import evaluate as ev
 from realm.knnlm.build import read_texts
 from realm.knnlm.datastore import load_datastore
 from realm.knnlm.lm import LMConfig, load_causal_lm, tokenize_documents
+from realm.run.layout import METRICS_FILE, SUMMARY_FILE
 
 logger = logging.getLogger(__name__)
 
-SUMMARY_FILE = "summary.json"
 TOKENS_FILE = "tokens.jsonl"
 SWEEP_FILE = "sweep.jsonl"
 # note: manifest fields copied into the summary, so a result says what it was measured against
@@ -95,7 +95,7 @@ def prepare(cfg: Any, job_type: str) -> Prepared:
     info = {name: store.manifest.get(name) for name in _DATASTORE_FIELDS} if store is not None else {}
     if store is not None:
         info["version"] = str(store.path)
-    return Prepared(neighbours, info, accelerator, MetricsLogger(out / "metrics.jsonl", accelerator))
+    return Prepared(neighbours, info, accelerator, MetricsLogger(out / METRICS_FILE, accelerator))
 
 
 def finish(prepared: Prepared) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 from finetune.train import FinetuneConfig
 from pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
 from pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
+from realm.core.atomic import write_text_atomic
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.data.blocks import build_blocks_from_config, load_blocks
@@ -32,6 +33,7 @@ from realm.data.vocab import train_wordpiece
 from realm.models.pretrained import model_tokenizer
 from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS
 from realm.pretrain.config import PretrainConfig
+from realm.run.layout import SUMMARY_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -184,7 +186,7 @@ def run_real_text(cfg: RealTextConfig) -> dict[str, Any]:
 
 def _finish(out: Path, summary: dict[str, Any], t_start: float) -> dict[str, Any]:
     summary["wall_seconds"] = time.perf_counter() - t_start
-    (out / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))
     return summary
 
 

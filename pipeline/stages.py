@@ -13,8 +13,8 @@ from finetune.train import FinetuneConfig, Finetuner
 from realm.core.logging import MetricsLogger
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.evaluation import HeldoutMetrics, evaluate_heldout
+from realm.run.layout import METRICS_FILE
 from realm.training.accelerator import enable_tf32
-from realm.training.loop import METRICS_FILE
 from trainer.loop import Trainer
 
 

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.config import load_config
+from realm.core.errors import ConfigError
 from realm.data.blocks import build_blocks_from_config, load_blocks
 from realm.data.copy_corpus import frequent_words, write_copy_corpus
 from realm.data.corpus import CorpusConfig
@@ -121,14 +122,19 @@ def copy_curriculum(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, 
     """Runs ``cfg.copy_curriculum`` into ``out/copy/I_words_N/`` (corpus, blocks, warm-up run) and returns the last
     stage's encoder. The words come from the pipeline's own blocks and vocabulary; each stage is seeded by ``seed``."""
     tokenizer = load_tokenizer(data["tokenizer"])
-    texts = load_blocks(data["blocks"])["text"]
+    # every single-wordpiece word ranked once; a stage of N words takes the first N
+    ranked = frequent_words(load_blocks(data["blocks"])["text"], tokenizer, 0)
+    for i, stage in enumerate(cfg.copy_curriculum):
+        if stage.words > len(ranked):
+            raise ConfigError(f"copy_curriculum[{i}] asks for {stage.words} words, but the blocks at {data['blocks']} "
+                              f"have only {len(ranked)} single-wordpiece words (0 takes them all)")  # fmt: skip
     encoder = None
     for i, stage in enumerate(cfg.copy_curriculum):
         stage_dir = out / "copy" / f"{i}_words_{stage.words or 'all'}"
         block_length = stage.block_length or cfg.copy_block_length
         retriever = {**cfg.stage_overrides.get("retriever", {}), "max_query_length": cfg.copy_query_length,
                      "max_block_length": block_length}  # fmt: skip
-        corpus = write_copy_corpus(frequent_words(texts, tokenizer, stage.words), stage_dir / "corpus.jsonl",
+        corpus = write_copy_corpus(ranked[: stage.words or None], stage_dir / "corpus.jsonl",
                                    max(1, cfg.copy_sentences // stage.sentences), seed, stage.sentences)  # fmt: skip
         corpus_cfg = CorpusConfig(path=str(corpus), max_block_length=block_length, max_title_length=4)
         blocks = build_blocks_from_config(corpus_cfg, tokenizer, stage_dir / "blocks")

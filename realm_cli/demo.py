@@ -19,10 +19,12 @@ from finetune.train import FinetuneConfig
 from pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
 from pipeline.synthetic import make_world_data
 from pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
+from realm.core.atomic import write_text_atomic
 from realm.core.config import load_config
 from realm.core.errors import run_command
 from realm.core.logging import init_logging, set_num_threads
 from realm.pretrain.config import PretrainConfig
+from realm.run.layout import SUMMARY_FILE
 from realm_cli.summary_table import format_rows
 
 logger = logging.getLogger(__name__)
@@ -135,7 +137,7 @@ def run_demo(args: argparse.Namespace, overrides: list[str]) -> dict:
             "pre-trained model on questions about training entities (realm finetune)",
         },
     }
-    (run / "summary.json").write_text(json.dumps(summary, indent=2))
+    write_text_atomic(run / SUMMARY_FILE, json.dumps(summary, indent=2))
     return summary
 
 

@@ -23,7 +23,7 @@ from realm.index import versions
 from realm.index.mips import BruteForceIndex, DocumentIndex
 from realm.pretrain.evaluation import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles
 from realm.pretrain.saved_run import LoadedRun, load_run
-from realm.run import layout, publication
+from realm.run import layout, live_index, publication
 
 # ---------------------------------------------------------------------------------------------- evaluate-mlm
 
@@ -154,7 +154,7 @@ def _open_index(loaded: LoadedRun, which: str) -> tuple[DocumentIndex, str]:
             BruteForceIndex(embeddings),
             f"exact search over {len(loaded.store)} blocks embedded at step {loaded.step}",
         )
-    version = versions.current_index_version(loaded.run_dir)
+    version = live_index.current_index_version(loaded.run_dir)
     if version is None:
         raise RunError(f"{_no_live_index(loaded.run_dir)}; use --index exact to embed the blocks now")
     published = versions.load_index_version(version)

@@ -29,6 +29,7 @@ from typing import Any
 from realm.core.atomic import write_text_atomic
 from realm.core.errors import RunError, run_command
 from realm.core.logging import read_metrics
+from realm.run.layout import METRICS_FILE, RETRIEVALS_FILE, SUMMARY_FILE
 from realm_cli.report_knnlm import is_knnlm_results, knnlm_sections
 
 # (title, metric) of the fixed plots; the held-out curve and a recall plot for every eval/gold_recall_at_* key found
@@ -329,13 +330,13 @@ def _parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     run = Path(args.run_dir)
-    metrics_path = run / "metrics.jsonl"
+    metrics_path = run / METRICS_FILE
     if not run.is_dir() or not metrics_path.is_file():
         what = "run directory not found" if not run.is_dir() else "no metrics.jsonl in the run directory"
         raise RunError(f"{what}: {metrics_path if run.is_dir() else run}")
-    retrievals_path = run / "retrievals.jsonl"
+    retrievals_path = run / RETRIEVALS_FILE
     retrievals = read_metrics(retrievals_path) if retrievals_path.is_file() else None
-    summary_path = run / "summary.json"
+    summary_path = run / SUMMARY_FILE
     summary = None
     if summary_path.is_file():
         try:
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         except json.JSONDecodeError as err:  # a run killed mid-write still gets its plots
             summary = {"summary.json unreadable": str(err)}
         if not isinstance(summary, dict):
-            summary = {"summary.json": json.dumps(summary)}
+            summary = {SUMMARY_FILE: json.dumps(summary)}
     body = knnlm_sections(run, svg_line_plot) if is_knnlm_results(run) else None
     page = render_report(read_metrics(metrics_path), retrievals, summary, str(run), args.num_retrievals, body)
     out = Path(args.out) if args.out else run / "report.html"

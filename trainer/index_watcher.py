@@ -13,8 +13,9 @@ import threading
 from pathlib import Path
 
 from realm.index.mips import IndexConfig
-from realm.index.versions import IndexVersionError, PublishedIndex, current_index_version, load_index_version
+from realm.index.versions import PublishedIndex, load_index_version
 from realm.run.layout import INDEX_PREFIX, index_dir
+from realm.run.live_index import IndexVersionError, current_index_version
 from realm.run.publication import folder_name, read_manifest
 
 logger = logging.getLogger(__name__)

@@ -22,7 +22,7 @@ from realm.core.tracking import init_trackers
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.index.build import blocks_fingerprint
-from realm.index.versions import PublishedIndex, discard_after
+from realm.index.versions import PublishedIndex
 from realm.models.pretrained import load_model_tokenizer
 from realm.pretrain.batch import RealmBatch
 from realm.pretrain.candidates import attach_chosen, start_search
@@ -31,10 +31,11 @@ from realm.pretrain.data import prepared_sentences, pretrain_loader
 from realm.pretrain.evaluation import evaluate_heldout, gold_titles
 from realm.pretrain.loss import get_loss
 from realm.pretrain.model import RealmModel, build_model
+from realm.pretrain.retrieval_table import log_retrieval_table, retrieval_rows
 from realm.pretrain.step import LOSS_UNITS, StepOutput, batch_counts, train_step
-from realm.pretrain.retrieval_table import RETRIEVALS_FILE, log_retrieval_table, retrieval_rows
 from realm.run.layout import (
     INDEX_STEP,
+    RETRIEVALS_FILE,
     clear_done,
     export_retriever,
     has_version,
@@ -42,6 +43,7 @@ from realm.run.layout import (
     mark_done,
     retriever_dir,
 )
+from realm.run.live_index import discard_after
 from realm.run.publication import clean_staging
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import TrainingLoop, iterate, removed_if_setup_fails, start_job

@@ -59,10 +59,17 @@ class ICTLoopConfig(LoopConfig):
 class ICTTaskConfig:
     remove_prob: float = 0.9
     """Probability that the query sentence is removed from its block (ORQA: 0.9)."""
+    query_mask_prob: float = 0.0
+    """Probability that a run of the query's wordpieces is [MASK]ed, as in REALM's queries (0: ORQA's sentences)."""
+    query_mask_max_span: int = 4
+    """The longest such run, in wordpieces."""
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.remove_prob <= 1.0:
-            raise ValueError(f"remove_prob must be in [0, 1], got {self.remove_prob}")
+        for name in ("remove_prob", "query_mask_prob"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+        if self.query_mask_max_span < 1:
+            raise ValueError(f"query_mask_max_span must be >= 1, got {self.query_mask_max_span}")
 
 
 @dataclass(kw_only=True, slots=True)
@@ -120,8 +127,9 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
         accelerator.num_processes,
     )  # fmt: skip
     collator = ICTCollator(
-        special, cfg.retriever.max_query_length, cfg.retriever.max_block_length, cfg.ict.remove_prob, cfg.train.seed
-    )
+        special, cfg.retriever.max_query_length, cfg.retriever.max_block_length, cfg.ict.remove_prob, cfg.train.seed,
+        cfg.ict.query_mask_prob, cfg.ict.query_mask_max_span,
+    )  # fmt: skip
     batches = iterate(DataLoader(KeyedExamples(rows), batch_sampler=sampler, collate_fn=collator))
     unwrapped: Retriever = accelerator.unwrap_model(model)
     t0 = time.perf_counter()

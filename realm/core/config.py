@@ -18,6 +18,7 @@ from typing import Any, Iterator, TypeVar
 
 import yaml
 
+from realm.core.atomic import write_text_atomic
 from realm.core.errors import ConfigError
 
 T = TypeVar("T")
@@ -285,11 +286,8 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
 
 
 def save_config(config: Any, path: str | Path) -> None:
-    """Writes the resolved config as YAML (atomically, so a reader never sees half a file)."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
-    tmp.replace(path)
+    """Writes the resolved config as YAML (atomically and durably, so a reader never sees half a file)."""
+    write_text_atomic(path, yaml.safe_dump(to_dict(config), sort_keys=False))
 
 
 def options_help(cls: type) -> str:

@@ -7,6 +7,7 @@ must be unique (``check_unique_ids``).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import typing
@@ -19,6 +20,7 @@ import numpy as np
 
 from realm.core.errors import DataFileError
 from realm.data.jsonl import iter_json_object, iter_jsonl
+from realm.data.malformed import existing_file, reject, report
 from realm.data.tsv import iter_tsv
 
 logger = logging.getLogger(__name__)
@@ -107,15 +109,8 @@ class CorpusConfig:
             raise ValueError("id_field and text_field must be non-empty (title_field may be null)")
 
 
-def _reject(where: str, reason: str, skip_malformed: bool, stats: CorpusStats) -> None:
-    if not skip_malformed:
-        raise CorpusError(f"{where}: {reason}")
-    stats.num_malformed += 1
-
-
-def _report(source: str | Path, stats: CorpusStats) -> None:
-    log = logger.warning if stats.num_malformed else logger.info
-    log("%s: read %d records, skipped %d malformed", source, stats.num_records, stats.num_malformed)
+# corpus readers refuse with their own error class
+_reject = functools.partial(reject, error=CorpusError)
 
 
 NO_TITLE_LINE = "no title line: with title_field null the text must be a title line, a newline, then the body"
@@ -129,13 +124,6 @@ def _title_from_first_line(text: str) -> tuple[str, str] | None:
     if len(title) >= 2 and title[0] == title[-1] == '"':
         title = title[1:-1]
     return (title, body) if newline and title else None
-
-
-def _existing_file(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"corpus file not found: {path}")
-    return path
 
 
 def read_jsonl(
@@ -161,7 +149,7 @@ def read_jsonl(
         FileNotFoundError: No such file.
         CorpusError: A malformed line (``path:line: reason``) when ``skip_malformed`` is False.
     """
-    path = _existing_file(path)
+    path = existing_file(path, "corpus")
     stats = stats if stats is not None else CorpusStats()
     fields = [id_field, text_field] + ([title_field] if title_field else [])
 
@@ -183,7 +171,7 @@ def read_jsonl(
                 title, text = split
             stats.num_records += 1
             yield Document(id=str(doc_id), title=title.strip(), text=text.strip(), where=where)
-        _report(path, stats)
+        report(path, stats)
 
     return documents()
 
@@ -196,7 +184,7 @@ def read_json_object(
     Vital summaries: ``{title: {"title", "extract", "description", "topic"}}``); the key is the document id, and
     ``title_field`` null takes the key as the title too. Errors name ``file:line`` of the entry; other arguments are
     those of ``read_jsonl``."""
-    path = _existing_file(path)
+    path = existing_file(path, "corpus")
     stats = stats if stats is not None else CorpusStats()
 
     def documents() -> Iterator[Document]:
@@ -209,7 +197,7 @@ def read_json_object(
                 continue
             stats.num_records += 1
             yield Document(id=key, title=title.strip(), text=text.strip(), where=where)
-        _report(path, stats)
+        report(path, stats)
 
     return documents()
 
@@ -223,7 +211,7 @@ def read_dpr_tsv(
     that. Errors name the physical line a row starts on (a quoted field may span several). Arguments and errors are
     those of ``read_jsonl``.
     """
-    path = _existing_file(path)
+    path = existing_file(path, "corpus")
     stats = stats if stats is not None else CorpusStats()
 
     def documents() -> Iterator[Document]:
@@ -239,7 +227,7 @@ def read_dpr_tsv(
             stats.num_records += 1
             title, text = row[column["title"]].strip(), row[column["text"]].strip()
             yield Document(id=row[column["id"]], title=title, text=text, where=where)
-        _report(path, stats)
+        report(path, stats)
 
     return documents()
 
@@ -302,7 +290,7 @@ def read_hf(
                     title, text = split
                 stats.num_records += 1
                 yield Document(id=doc_id, title=title.strip(), text=text.strip(), where=where)
-        _report(name_or_path, stats)
+        report(name_or_path, stats)
 
     return documents()
 

@@ -190,7 +190,8 @@ def prepare_sentences(
     num_without = num_without_salient_spans(prepared)
     log = logger.warning if num_without else logger.info
     log(
-        "prepared %d sentences; %d have no salient span (kept; the collator rejects them)%s",
+        "prepared %d sentences; %d have no salient span (kept: salient-span masking refuses them, random-token "
+        "masking reads them)%s",
         len(prepared),
         num_without,
         "" if tagger is not None else " because no tagger was given",

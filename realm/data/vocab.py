@@ -10,7 +10,6 @@ import hashlib
 import json
 import logging
 from collections import Counter
-from dataclasses import dataclass
 from itertools import repeat
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -27,28 +26,6 @@ SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """BERT's special tokens, in the order that gives [PAD] id 0 (padding masks and embeddings assume it)."""
 CONTINUATION = "##"
 """WordPiece's prefix of a piece that continues a word."""
-
-
-@dataclass(kw_only=True, slots=True)
-class VocabConfig:
-    """Which tokenizer a run uses: a pretrained one by name or path, or one trained on the corpus."""
-
-    tokenizer: str | None = None
-    """Hub name or local folder of a pretrained tokenizer; None trains a WordPiece vocabulary on the corpus."""
-    vocab_size: int = 8000
-    """Size of the trained WordPiece vocabulary, special tokens included (ignored with ``tokenizer``)."""
-    lowercase: bool = True
-    """Lower-case and strip accents before WordPiece, as uncased BERT (ignored with ``tokenizer``)."""
-    min_frequency: int = 2
-    """Minimum count for a merge to enter the trained vocabulary (ignored with ``tokenizer``)."""
-
-    def __post_init__(self) -> None:
-        if self.tokenizer is not None and not self.tokenizer.strip():
-            raise ValueError("tokenizer must be a non-empty name or path, or null to train one")
-        if self.vocab_size <= len(SPECIAL_TOKENS):
-            raise ValueError(f"vocab_size must exceed the {len(SPECIAL_TOKENS)} special tokens, got {self.vocab_size}")
-        if self.min_frequency < 1:
-            raise ValueError(f"min_frequency must be >= 1, got {self.min_frequency}")
 
 
 def train_wordpiece(
@@ -187,20 +164,3 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
         ) from err
     check_tokenizer(tokenizer, name)
     return tokenizer
-
-
-def tokenizer_from_config(
-    cfg: VocabConfig, out_dir: str | Path, texts: Iterable[str] | None = None
-) -> PreTrainedTokenizerBase:
-    """The run's tokenizer: ``cfg.tokenizer`` if set, else a WordPiece vocabulary trained on ``texts``.
-
-    A vocabulary already saved in ``out_dir`` is reused rather than retrained, so restarts keep their ids.
-    """
-    if cfg.tokenizer is not None:
-        return load_tokenizer(cfg.tokenizer)
-    out_dir = Path(out_dir)
-    if (out_dir / "tokenizer.json").is_file():
-        return load_tokenizer(out_dir)
-    if texts is None:
-        raise ValueError("VocabConfig.tokenizer is null, so texts are needed to train a vocabulary")
-    return train_wordpiece(texts, cfg.vocab_size, out_dir, lowercase=cfg.lowercase, min_frequency=cfg.min_frequency)

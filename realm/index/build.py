@@ -27,6 +27,7 @@ from realm.index.gpu import num_gpus
 from realm.index.mips import FaissIndex, IndexConfig
 from realm.models.retriever import Embedder, Retriever
 from realm.run import layout, publication
+from realm.run.live_index import activate, activate_if_built, remove_older_exports
 
 logger = logging.getLogger(__name__)
 
@@ -91,41 +92,6 @@ def publish_embeddings(
         started=started,
         extra={**plan.manifest_fields(), **(extra or {})},
     )
-
-
-def activate(run_dir: str | Path, version: Path, keep_versions: int) -> None:
-    """Flips CURRENT to ``version``, then prunes old versions (never the live one)."""
-    versions.set_current_index(run_dir, version)
-    pinned = layout.pinned_steps(run_dir)  # note: what a resume from a kept checkpoint searches
-    for removed in publication.prune(layout.index_dir(run_dir), layout.INDEX_PREFIX, keep_versions, pinned):
-        logger.info("pruned index version %s", removed.name)
-
-
-def activate_if_built(run_dir: str | Path, export_step: int, export: dict, keep_versions: int) -> Path | None:
-    """Activates ``index/v-{export_step}`` when it is already published from the export's weights (a builder that
-    died between the rename and the CURRENT flip) and returns it; otherwise removes any version of that step built
-    from other weights (a re-export after a resume) and returns None."""
-    final = layout.index_dir(run_dir) / publication.folder_name(layout.INDEX_PREFIX, export_step)
-    existing = publication.read_manifest(final)
-    if existing is not None and existing.get("weights_sha256") == export["weights_sha256"]:
-        logger.info("index version %s already built; activating it", final.name)
-        activate(run_dir, final, keep_versions)
-        return final
-    if final.exists():
-        publication.remove_folder(final)
-    return None
-
-
-def remove_older_exports(run_dir: str | Path, export_step: int) -> None:
-    """Exports older than the live index are not built again (the builder always takes the newest), unless a
-    checkpoint resumes on them: a run resumed from it after a kill may have to rebuild that version."""
-    pinned = layout.pinned_steps(run_dir)
-    for step, path in publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX):
-        if step < export_step and step not in pinned:
-            try:
-                publication.remove_folder(path)
-            except OSError as err:
-                logger.warning("could not remove old retriever export %s: %s", path, err)
 
 
 def publish_new_version(

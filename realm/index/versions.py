@@ -1,5 +1,6 @@
 """Index versions on disk: ``RUN/index/v-NNNNNNNN`` (embeddings, FAISS index, block ids, manifest written last),
-the ``CURRENT`` pointer to the live one, and loading a version after checking it against its manifest.
+publishing one, and loading one after checking it against its manifest. Which version is live (``CURRENT``) is
+``realm.run.live_index``.
 """
 
 from __future__ import annotations
@@ -15,24 +16,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from realm.core.errors import UserError
 from realm.index import gpu as index_gpu
 from realm.index import torch_search
 from realm.index.mips import FaissIndex, IndexConfig
-from realm.run.layout import INDEX_PREFIX, RETRIEVER_PREFIX, index_dir, retriever_dir
+from realm.run.layout import INDEX_PREFIX, index_dir
+from realm.run.live_index import IndexVersionError
 from realm.run.publication import (
-    CURRENT,
     MANIFEST,
     check_files,
     file_entries,
     folder_name,
-    list_published,
     now_iso,
     publish_folder,
     read_manifest,
-    read_pointer,
-    remove_folder,
-    write_pointer,
 )
 
 logger = logging.getLogger(__name__)
@@ -43,10 +39,6 @@ FAISS_FILE = "index.faiss"
 
 BLOCK_IDS_FILE = "block_ids.npy"
 INDEX_FILES = (EMBEDDINGS_FILE, FAISS_FILE, BLOCK_IDS_FILE)
-
-
-class IndexVersionError(UserError, RuntimeError):
-    """An index version that is unpublished, partial or corrupt; the message names the folder and the problem."""
 
 
 def corpus_fingerprint(uids: Iterable[str]) -> str:
@@ -88,27 +80,6 @@ def publish_index_version(
     }
     del embeddings
     return publish_folder(staging, index_dir(run_dir) / folder_name(INDEX_PREFIX, step), manifest)
-
-
-def set_current_index(run_dir: str | Path, version: Path) -> None:
-    """Makes ``version`` (a published ``index/v-*`` folder) the live index."""
-    if read_manifest(version) is None:
-        raise IndexVersionError(f"{version}: not a published index version, refusing to make it CURRENT")
-    write_pointer(index_dir(run_dir) / CURRENT, Path(version).name)
-
-
-def current_index_version(run_dir: str | Path) -> Path | None:
-    """The folder ``index/CURRENT`` names, or None when no index has been published yet."""
-    pointer = index_dir(run_dir) / CURRENT
-    name = read_pointer(pointer)
-    if name is None:
-        return None
-    if name != Path(name).name or not name.startswith(INDEX_PREFIX):
-        # note: CURRENT is written by set_current_index as a bare folder name; anything else (an absolute path, a
-        # path out of the run) is not followed, so the run reads as having no live index and the builder rebuilds
-        logger.error("%s names %r, not a version folder inside %s; ignored", pointer, name, index_dir(run_dir))
-        return None
-    return index_dir(run_dir) / name
 
 
 @dataclass(slots=True)
@@ -176,27 +147,3 @@ def load_index_version(path: Path, verify: bool = True, cfg: IndexConfig | None 
     return PublishedIndex(step=int(manifest["step"]), path=path, index=index, manifest=manifest, block_ids=block_ids)
 
 
-def discard_after(run_dir: str | Path, step: int) -> list[Path]:
-    """Removes the retriever exports and index versions of steps after ``step`` and returns them.
-
-    They are what a killed run published past the checkpoint a resumed run starts from; the resumed run exports
-    those steps again from its own weights, as an uninterrupted run would have. ``CURRENT`` is moved back first to
-    the newest version that stays (or removed), so it never names a removed folder. Call from the trainer's main
-    process before its builder starts.
-    """
-    removed = []
-    kept = [(s, p) for s, p in list_published(index_dir(run_dir), INDEX_PREFIX) if s <= step]
-    current = current_index_version(run_dir)
-    if current is not None and (read_manifest(current) or {}).get("step", -1) > step:
-        if kept:
-            set_current_index(run_dir, kept[-1][1])
-        else:
-            (index_dir(run_dir) / CURRENT).unlink(missing_ok=True)
-    for parent, prefix in ((index_dir(run_dir), INDEX_PREFIX), (retriever_dir(run_dir), RETRIEVER_PREFIX)):
-        for found, path in list_published(parent, prefix):
-            if found > step:
-                remove_folder(path)
-                removed.append(path)
-    if removed:
-        logger.warning("removed %d export(s)/index version(s) after step %d left by a killed run", len(removed), step)
-    return removed

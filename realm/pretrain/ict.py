@@ -51,13 +51,34 @@ class ICTBatch:
 
 class ICTCollator:
     """Examples are dicts with ``title_ids``, ``sentence_ids`` (list of wordpiece lists, >= 2 sentences), ``idx``,
-    ``epoch``. The query sentence is removed from its block with probability ``remove_prob`` (0.9 in ORQA)."""
+    ``epoch``. The query sentence is removed from its block with probability ``remove_prob`` (0.9 in ORQA).
+
+    With probability ``query_mask_prob`` a run of 1 to ``query_mask_max_span`` of the query's wordpieces becomes
+    [MASK]s (never the whole query): REALM's pre-training queries carry their masked salient span, and a query tower
+    that never saw [MASK] in ICT lets that run pull every such query the same way (``docs/recipe.md``, point 5).
+    """
 
     def __init__(
-        self, special: SpecialIds, max_query_length: int, max_block_length: int, remove_prob: float, seed: int
+        self,
+        special: SpecialIds,
+        max_query_length: int,
+        max_block_length: int,
+        remove_prob: float,
+        seed: int,
+        query_mask_prob: float = 0.0,
+        query_mask_max_span: int = 4,
     ) -> None:
         self.special, self.seed, self.remove_prob = special, seed, remove_prob
         self.max_query_length, self.max_block_length = max_query_length, max_block_length
+        self.query_mask_prob, self.query_mask_max_span = query_mask_prob, query_mask_max_span
+
+    def _masked(self, sentence: list[int], rng) -> list[int]:
+        # note: no draw at all when off, so runs without it keep their batches
+        if not self.query_mask_prob or len(sentence) < 2 or rng.random() >= self.query_mask_prob:
+            return sentence
+        length = rng.randint(1, min(self.query_mask_max_span, len(sentence) - 1))
+        start = rng.randrange(len(sentence) - length + 1)
+        return sentence[:start] + [self.special.mask] * length + sentence[start + length :]
 
     def __call__(self, examples: Sequence[dict]) -> ICTBatch:
         queries, titles, contexts = [], [], []
@@ -66,7 +87,7 @@ class ICTCollator:
             sentences = ex["sentence_ids"]
             chosen = rng.randrange(len(sentences))
             keep = rng.random() >= self.remove_prob
-            queries.append(pack_single(sentences[chosen], self.special, self.max_query_length))
+            queries.append(pack_single(self._masked(sentences[chosen], rng), self.special, self.max_query_length))
             titles.append(ex["title_ids"])
             contexts.append([t for i, s in enumerate(sentences) if keep or i != chosen for t in s])
         q_ids, q_mask = pad(queries, self.special.pad)

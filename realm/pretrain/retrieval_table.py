@@ -11,10 +11,10 @@ from typing import Any, Mapping
 import torch
 
 from realm.core.tracking import log_wandb_table
+from realm.run.layout import RETRIEVALS_FILE
 
 TABLE_KEY = "inspect/retrievals"
 """W&B key of the retrieval table."""
-RETRIEVALS_FILE = "retrievals.jsonl"
 """Rows of every retrieval table, one json object a line, under the run directory (the HTML report reads it)."""
 
 

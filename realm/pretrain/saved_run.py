@@ -21,7 +21,7 @@ from realm.data.vocab import load_tokenizer
 from realm.models.retriever import resolve_pooling
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.model import RealmModel
-from realm.run.layout import checkpoints_dir, latest_retriever_export
+from realm.run.layout import CONFIG_FILE, checkpoints_dir, latest_retriever_export
 from realm.run.publication import read_manifest
 from realm.training.checkpoint import TRAINER_STATE, load_weights, resolve_resume
 
@@ -74,7 +74,7 @@ def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
     run = Path(run_dir)
     if not run.is_dir():
         raise RunError(f"run directory not found: {run}")
-    config_file = run / "config.yaml"
+    config_file = run / CONFIG_FILE
     if not config_file.is_file():
         raise RunError(f"{run} has no config.yaml (is it a run directory written by `realm train`?)")
     cfg = load_config(PretrainConfig, config_file)

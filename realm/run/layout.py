@@ -3,7 +3,11 @@ the trainer publishes in it for the builder.
 
 ```
 RUN/
-  config.yaml                   resolved configuration (trainer)
+  config.yaml                   resolved configuration (trainer; CONFIG_FILE)
+  metrics.jsonl                 one JSON record per logged step, appended (trainer; METRICS_FILE; `realm report`)
+  retrievals.jsonl              retrieval tables every tracking.inspect_interval steps, appended (trainer;
+                                RETRIEVALS_FILE)
+  summary.json                  the end figures of a pipeline (`realm demo`, `realm real-text`; SUMMARY_FILE)
   checkpoints/step-00000500/    training state (trainer; realm.training.checkpoint); its manifest's index_step pins
                                 the export and index version it resumes on (pinned_steps)
   checkpoints/step-N.<why>/     a checkpoint a resume set aside (failed-verification, superseded)
@@ -16,7 +20,8 @@ RUN/
   DONE                          the trainer has finished, so a standalone builder may exit
 ```
 
-Every folder is published by the rule of ``realm.run.publication``.
+Every folder is published by the rule of ``realm.run.publication``; which index version is live, and who may remove
+a published folder, is ``realm.run.live_index``.
 """
 
 from __future__ import annotations
@@ -54,6 +59,8 @@ CHECKPOINTS_DIR, CHECKPOINT_PREFIX = "checkpoints", "step-"
 RETRIEVER_DIR, RETRIEVER_PREFIX = "retriever", "step-"
 INDEX_DIR, INDEX_PREFIX = "index", "v-"
 DONE = "DONE"
+CONFIG_FILE, METRICS_FILE, RETRIEVALS_FILE = "config.yaml", "metrics.jsonl", "retrievals.jsonl"
+SUMMARY_FILE = "summary.json"
 INDEX_STEP = "index_step"
 """Field of a checkpoint's manifest: the index version (retriever step) the trainer searched when it saved, which a
 run resumed from it searches again."""

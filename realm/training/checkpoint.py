@@ -25,7 +25,7 @@ from torch import Tensor
 
 from realm.core.config import save_config
 from realm.core.errors import MissingFileError, RunError
-from realm.run.layout import CHECKPOINT_PREFIX, INDEX_STEP, checkpoints_dir
+from realm.run.layout import CHECKPOINT_PREFIX, CONFIG_FILE, INDEX_STEP, checkpoints_dir
 from realm.run.publication import (
     STAGING_PREFIX,
     file_entries,
@@ -77,7 +77,7 @@ def save_checkpoint(
     if accelerator.is_main_process:
         (staging / TRAINER_STATE).write_text(json.dumps({"step": step, **state}, indent=2))
         (staging / SCHEDULER_STATE).write_text(json.dumps(scheduler.state_dict(), indent=2))
-        save_config(config, staging / "config.yaml")
+        save_config(config, staging / CONFIG_FILE)
         names = relative_files(staging)
         manifest = {"step": step, "created": now_iso(), "kind": "checkpoint", "files": file_entries(staging, names)}
         if state.get(INDEX_STEP) is not None:

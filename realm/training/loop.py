@@ -23,13 +23,12 @@ from accelerate import Accelerator
 from realm.core.config import save_config
 from realm.core.errors import RunError
 from realm.core.logging import MetricsLogger, cut_log, set_num_threads
-from realm.run.layout import checkpoints_dir
+from realm.run.layout import CONFIG_FILE, METRICS_FILE, checkpoints_dir
 from realm.run.publication import clean_staging, replace_published
 from realm.training.checkpoint import load_checkpoint, load_rank_tensors, resolve_resume, save_checkpoint
 from realm.training.optim import OptimConfig, build_optimizer
 
 logger = logging.getLogger(__name__)
-METRICS_FILE = "metrics.jsonl"
 LOG_SIZES = "log_sizes"
 """Key of the checkpoint state: ``{log name: bytes}`` of the run's append-only logs when it was saved."""
 
@@ -236,7 +235,7 @@ def start_job(loop: LoopConfig, accelerator: Accelerator, config: Any) -> Path:
         raise RunError(f"train.run_dir={loop.run_dir} is a file, not a run directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     if accelerator.is_main_process:
-        save_config(config, run_dir / "config.yaml")
+        save_config(config, run_dir / CONFIG_FILE)
     return run_dir
 
 

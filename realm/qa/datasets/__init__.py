@@ -2,7 +2,7 @@
 
 Every loader returns ``list[QAExample]`` and fills an optional ``LoadStats`` in place. Nothing is dropped silently: a
 malformed record raises ``DataFileError("file:line: reason")`` (SQuAD, a single JSON object, names the record's JSON
-path instead of a line), or, with ``skip_malformed=True``, is skipped, counted in ``LoadStats.num_skipped`` and the
+path instead of a line), or, with ``skip_malformed=True``, is skipped, counted in ``LoadStats.num_malformed`` and the
 count is logged as a warning. No answer field is ever passed to ``eval``: lists are parsed with ``json`` (and
 ``ast.literal_eval`` for Python-repr lists in tsv files), WebQuestions' ``targetValue`` with a small tokenizer.
 
@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from realm.core.errors import DataFileError
-from realm.qa.datasets.common import LoadStats, QAExample, _existing_file
+from realm.data.malformed import existing_file
+from realm.qa.datasets.common import LoadStats, QAExample
 from realm.qa.datasets.curatedtrec import load_curatedtrec_drqa, load_curatedtrec_tsv
 from realm.qa.datasets.dpr import load_dpr_qas
 from realm.qa.datasets.generic import load_qa_jsonl, load_qa_tsv
@@ -105,7 +106,7 @@ def load_task(task: Task, path: str, **kw: Any) -> list[QAExample]:
         if suffix in (".txt", ".jsonl"):
             return load_webquestions_drqa(path, **kw)
         if suffix == ".json":
-            keys = _json_array_keys(_existing_file(path))
+            keys = _json_array_keys(existing_file(path, "QA data"))
             if "targetValue" in keys:
                 return load_webquestions_stanford(path, **kw)
             if "qText" in keys:

@@ -1,7 +1,7 @@
 """What every QA loader shares: the record type, the load counts and the checks that reject a malformed record.
 
 A malformed record raises ``DataFileError("file:line: reason")``, or, with ``skip_malformed=True``, is skipped,
-counted in ``LoadStats.num_skipped`` and the count is logged as a warning. Keeping these checks in one module is what
+counted in ``LoadStats.num_malformed`` and the count is logged as a warning. Keeping these checks in one module is what
 makes every format report errors the same way.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from realm.core.errors import DataFileError
+from realm.data.malformed import existing_file, reject, report
 
 # The package's name, not this module's: the loaders logged as "realm.qa.datasets" before the package was split, and log
 # filters (and tests) select on that name.
@@ -41,29 +42,10 @@ class LoadStats:
     """What a loader read: records passed on and malformed records skipped (only with ``skip_malformed``)."""
 
     num_records: int = 0
-    num_skipped: int = 0
+    num_malformed: int = 0
 
     def to_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-def _reject(where: str, reason: str, skip_malformed: bool, stats: LoadStats) -> None:
-    if not skip_malformed:
-        raise DataFileError(f"{where}: {reason}")
-    stats.num_skipped += 1
-    logger.debug("skipping %s: %s", where, reason)
-
-
-def _report(source: str | Path, stats: LoadStats) -> None:
-    log = logger.warning if stats.num_skipped else logger.info
-    log("%s: read %d questions, skipped %d malformed", source, stats.num_records, stats.num_skipped)
-
-
-def _existing_file(path: str | Path) -> Path:
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"QA data file not found: {path}")
-    return path
 
 
 def _check_question(value: Any) -> str | None:
@@ -143,12 +125,12 @@ def _examples_from_records(
     examples: list[QAExample] = []
     for where, item in records:
         if not isinstance(item, dict):
-            _reject(where, f"expected a JSON object, got {type(item).__name__}", skip_malformed, stats)
+            reject(where, f"expected a JSON object, got {type(item).__name__}", skip_malformed, stats)
             continue
         needed = [question_field, answers_field] + ([id_field] if id_field else [])
         missing = [field for field in needed if field not in item]
         if missing:
-            _reject(where, f"missing field(s) {missing} (it has {sorted(item)})", skip_malformed, stats)
+            reject(where, f"missing field(s) {missing} (it has {sorted(item)})", skip_malformed, stats)
             continue
         reason = _check_question(item[question_field])
         answers, answer_reason = parse_answers(item[answers_field])
@@ -156,12 +138,12 @@ def _examples_from_records(
         if id_field and reason is None and not isinstance(item[id_field], (str, int)):
             reason = f"id field {id_field!r} is {type(item[id_field]).__name__}, not a string or integer"
         if reason is not None:
-            _reject(where, reason, skip_malformed, stats)
+            reject(where, reason, skip_malformed, stats)
             continue
         example_id = str(item[id_field]) if id_field else f"{path.name}:{_line_of(where)}"
         examples.append(QAExample(item[question_field], answers, regex, example_id))
         stats.num_records += 1
-    _report(path, stats)
+    report(path, stats, "questions")
     return examples
 
 
@@ -174,7 +156,7 @@ def _load_json_array(
     skip_malformed: bool,
     stats: LoadStats | None,
 ) -> list[QAExample]:
-    path = _existing_file(path)
+    path = existing_file(path, "QA data")
     return _examples_from_records(
         path,
         _iter_json_array(path),

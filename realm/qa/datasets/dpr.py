@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from realm.data.malformed import existing_file, reject, report
 from realm.data.tsv import iter_tsv
-from realm.qa.datasets.common import LoadStats, QAExample, _check_question, _existing_file, _reject, _report
+from realm.qa.datasets.common import LoadStats, QAExample, _check_question
 from realm.qa.datasets.generic import _parse_answers_cell
 
 __all__ = ["load_dpr_qas"]
@@ -19,22 +20,22 @@ __all__ = ["load_dpr_qas"]
 def load_dpr_qas(path: str | Path, *, skip_malformed: bool = False, stats: LoadStats | None = None) -> list[QAExample]:
     """Questions of a DPR qas file (``topics.dpr.nq.dev.txt``, ``nq-test.qa.csv``, ``trivia-test.qa.csv``, ...); the
     id of each is ``{file name}:{line}``."""
-    path = _existing_file(path)
+    path = existing_file(path, "QA data")
     stats = stats if stats is not None else LoadStats()
     examples: list[QAExample] = []
-    for where, row in iter_tsv(path, lambda where, reason: _reject(where, reason, skip_malformed, stats)):
+    for where, row in iter_tsv(path, lambda where, reason: reject(where, reason, skip_malformed, stats)):
         if not "".join(row).strip():
             continue
         if len(row) != 2:
-            _reject(where, f"expected 2 tab-separated columns (question, answers), got {len(row)}", skip_malformed,
+            reject(where, f"expected 2 tab-separated columns (question, answers), got {len(row)}", skip_malformed,
                     stats)  # fmt: skip
             continue
         answers, reason = _parse_answers_cell(row[1], "list")
         reason = _check_question(row[0]) or reason
         if reason is not None:
-            _reject(where, reason, skip_malformed, stats)
+            reject(where, reason, skip_malformed, stats)
             continue
         examples.append(QAExample(row[0].strip(), answers, False, f"{path.name}:{where.rsplit(':', 1)[1]}"))
         stats.num_records += 1
-    _report(path, stats)
+    report(path, stats, "questions")
     return examples

@@ -13,6 +13,7 @@ from typing import Literal
 
 from realm.core.errors import DataFileError
 from realm.data.jsonl import iter_jsonl
+from realm.data.malformed import existing_file, reject, report
 from realm.qa.datasets.common import (
     LoadStats,
     QAExample,
@@ -20,9 +21,6 @@ from realm.qa.datasets.common import (
     _check_question,
     _check_regexes,
     _examples_from_records,
-    _existing_file,
-    _reject,
-    _report,
 )
 
 __all__ = ["load_qa_jsonl", "load_qa_tsv"]
@@ -49,11 +47,11 @@ def load_qa_jsonl(
         skip_malformed: Skip and count malformed lines instead of raising ``DataFileError``.
         stats: Updated in place with the counts.
     """
-    path = _existing_file(path)
+    path = existing_file(path, "QA data")
     stats = stats if stats is not None else LoadStats()
     return _examples_from_records(
         path,
-        iter_jsonl(path, on_error=lambda w, r: _reject(w, r, skip_malformed, stats)),
+        iter_jsonl(path, on_error=lambda w, r: reject(w, r, skip_malformed, stats)),
         question_field=question_field,
         answers_field=answers_field,
         id_field=id_field,
@@ -100,7 +98,7 @@ def load_qa_tsv(
     The answers cell is a JSON list, a Python-repr list (DPR's ``qas/*.csv``; parsed with ``ast.literal_eval``,
     never ``eval``) or a single string; ``answers_format`` forces ``list`` or ``string`` (regexes may look like lists).
     """
-    path = _existing_file(path)
+    path = existing_file(path, "QA data")
     stats = stats if stats is not None else LoadStats()
     columns = [question_col, answers_col] + ([id_col] if id_col is not None else [])
     by_name = any(isinstance(col, str) for col in columns)
@@ -125,17 +123,17 @@ def load_qa_tsv(
                 index = {col: col for col in columns}
             needed = max(index.values()) + 1
             if len(cells) < needed:
-                _reject(where, f"expected at least {needed} columns, got {len(cells)}", skip_malformed, stats)
+                reject(where, f"expected at least {needed} columns, got {len(cells)}", skip_malformed, stats)
                 continue
             question = cells[index[question_col]]
             reason = _check_question(question)
             answers, answer_reason = _parse_answers_cell(cells[index[answers_col]], answers_format)
             reason = reason or answer_reason or (_check_regexes(answers) if regex else None)
             if reason is not None:
-                _reject(where, reason, skip_malformed, stats)
+                reject(where, reason, skip_malformed, stats)
                 continue
             example_id = cells[index[id_col]] if id_col is not None else f"{path.name}:{line_number}"
             examples.append(QAExample(question, answers, regex, example_id))
             stats.num_records += 1
-    _report(path, stats)
+    report(path, stats, "questions")
     return examples

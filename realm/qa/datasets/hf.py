@@ -6,7 +6,8 @@
 from __future__ import annotations
 
 from realm.core.errors import DataFileError
-from realm.qa.datasets.common import LoadStats, QAExample, _check_answers, _check_question, _reject, _report
+from realm.data.malformed import reject, report
+from realm.qa.datasets.common import LoadStats, QAExample, _check_answers, _check_question
 
 
 def _load_hf(
@@ -35,9 +36,9 @@ def _load_hf(
         answers, answer_reason = _check_answers(row[answers_col], allow_string=False)
         reason = reason or answer_reason
         if reason is not None:
-            _reject(where, reason, skip_malformed, stats)
+            reject(where, reason, skip_malformed, stats)
             continue
         examples.append(QAExample(row[question_col], answers, False, f"{name}-{split}-{row_number}"))
         stats.num_records += 1
-    _report(f"{name}[{split}]", stats)
+    report(f"{name}[{split}]", stats, "questions")
     return examples

@@ -9,7 +9,8 @@ import json
 from pathlib import Path
 
 from realm.core.errors import DataFileError
-from realm.qa.datasets.common import LoadStats, QAExample, _check_question, _existing_file, _reject, _report
+from realm.data.malformed import existing_file, reject, report
+from realm.qa.datasets.common import LoadStats, QAExample, _check_question
 
 __all__ = ["load_squad"]
 
@@ -23,7 +24,7 @@ def load_squad(
     title has underscores turned into spaces. Each question keeps SQuAD's id in ``id`` and its paragraph's id in
     ``paragraph_id``. The file is one JSON object, so errors name the record's JSON path rather than a line.
     """
-    path = _existing_file(path)
+    path = existing_file(path, "QA data")
     stats = stats if stats is not None else LoadStats()
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -48,7 +49,7 @@ def load_squad(
                 or not isinstance(paragraph.get("context"), str)
                 or not isinstance(paragraph.get("qas"), list)
             ):
-                _reject(where_paragraph, "expected a string 'context' and a 'qas' list", skip_malformed, stats)
+                reject(where_paragraph, "expected a string 'context' and a 'qas' list", skip_malformed, stats)
                 continue
             index = next_index.get(title, 0)
             next_index[title] = index + 1
@@ -57,7 +58,7 @@ def load_squad(
             for q, qa in enumerate(paragraph["qas"]):
                 where = f"{where_paragraph}.qas[{q}]"
                 if not isinstance(qa, dict) or not all(key in qa for key in ("question", "answers", "id")):
-                    _reject(where, "expected an object with question, answers and id", skip_malformed, stats)
+                    reject(where, "expected an object with question, answers and id", skip_malformed, stats)
                     continue
                 reason = _check_question(qa["question"])
                 answers = qa["answers"]
@@ -68,10 +69,10 @@ def load_squad(
                 ):
                     reason = "answers must be a non-empty list of {'text': str, 'answer_start': int}"
                 if reason is not None:
-                    _reject(where, reason, skip_malformed, stats)
+                    reject(where, reason, skip_malformed, stats)
                     continue
                 texts = [ans["text"] for ans in answers]
                 examples.append(QAExample(qa["question"], texts, False, str(qa["id"]), paragraph_id))
                 stats.num_records += 1
-    _report(path, stats)
+    report(path, stats, "questions")
     return examples, paragraphs

@@ -23,7 +23,7 @@ from realm.data.packing import SpecialIds, block_batch
 from realm.index import versions
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import Retriever
-from realm.run import layout, publication
+from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, ROOT, builder_pids, export_tiny, make_run, subprocess_env
 
 REPO = ROOT
@@ -46,7 +46,7 @@ def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(ru
     run_dir, blocks_path, tokenizer_path = run
     retriever = export(run, 10)
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=7)) == 1
-    published = versions.load_index_version(versions.current_index_version(run_dir))
+    published = versions.load_index_version(live_index.current_index_version(run_dir))
     export_manifest = publication.read_manifest(layout.retriever_dir(run_dir) / "step-00000010")
     blocks = datasets.load_from_disk(str(blocks_path))
     manifest = published.manifest
@@ -86,7 +86,7 @@ def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(ru
     ]
     assert main(argv) == 0
     assert [s for s, _ in publication.list_published(layout.index_dir(run_dir), layout.INDEX_PREFIX)] == [10, 30]
-    latest = versions.load_index_version(versions.current_index_version(run_dir))
+    latest = versions.load_index_version(live_index.current_index_version(run_dir))
     assert latest.step == 30 and latest.manifest["factory"] == "HNSW32"
     # exports older than the live index can never be built again, so the builder removes them
     assert [s for s, _ in publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX)] == [30]
@@ -96,7 +96,7 @@ def test_bf16_builder_embeds_in_bf16_and_publishes_float32_vectors_close_to_fp32
     run_dir, blocks_path, tokenizer_path = run
     retriever = export(run, 10)
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=7, precision="bf16")) == 1
-    published = versions.load_index_version(versions.current_index_version(run_dir))
+    published = versions.load_index_version(live_index.current_index_version(run_dir))
     assert published.manifest["embed_precision"] == "bf16"
     vectors = np.array(published.embeddings())
     assert vectors.dtype == np.float32
@@ -130,7 +130,7 @@ def test_polling_builder_follows_exports_and_exits_when_the_run_is_done(run):
     layout.mark_done(run_dir)  # the trainer's last export is written before DONE
     builder.join(timeout=60)
     assert not builder.is_alive()
-    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 5
+    assert versions.load_index_version(live_index.current_index_version(run_dir)).step == 5
     assert [s for s, _ in publication.list_published(layout.index_dir(run_dir), layout.INDEX_PREFIX)] == [5]  # keep_versions=1
     # with everything indexed and DONE written, a fresh builder exits at once
     assert run_builder(cfg) == 0
@@ -168,9 +168,9 @@ def test_a_builder_stops_when_the_trainer_that_started_it_dies(run):
     )  # fmt: skip
     try:
         deadline = time.monotonic() + 60
-        while versions.current_index_version(run_dir) is None and time.monotonic() < deadline:
+        while live_index.current_index_version(run_dir) is None and time.monotonic() < deadline:
             time.sleep(0.1)  # the builder is up and has built step 1; it now polls for newer exports
-        assert versions.current_index_version(run_dir) is not None
+        assert live_index.current_index_version(run_dir) is not None
         assert len(builder_pids(run_dir)) == 1
         parent.kill()
         parent.wait()
@@ -197,7 +197,7 @@ def test_a_corrupt_export_is_refused_and_nothing_is_published(run):
     _flip_a_byte(layout.retriever_dir(run_dir) / "step-00000004" / "doc" / "model.safetensors")
     with pytest.raises(RunError, match="do not match the export's weights_sha256"):
         run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True))
-    assert versions.current_index_version(run_dir) is None
+    assert live_index.current_index_version(run_dir) is None
     assert not list(layout.index_dir(run_dir).glob("v-*"))
 
 
@@ -205,12 +205,12 @@ def test_a_broken_live_index_is_rebuilt(run):
     run_dir = run[0]
     export(run, 6)
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True)) == 1
-    live = versions.current_index_version(run_dir)
+    live = live_index.current_index_version(run_dir)
     _flip_a_byte(live / versions.EMBEDDINGS_FILE)
-    with pytest.raises(versions.IndexVersionError):
+    with pytest.raises(live_index.IndexVersionError):
         versions.load_index_version(live)  # what the trainer sees: it refuses the version
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True)) == 1
-    rebuilt = versions.load_index_version(versions.current_index_version(run_dir))  # verifies every checksum
+    rebuilt = versions.load_index_version(live_index.current_index_version(run_dir))  # verifies every checksum
     assert rebuilt.step == 6
 
 

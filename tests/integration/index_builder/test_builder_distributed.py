@@ -27,7 +27,7 @@ from realm.index.embedding import embed_blocks
 from realm.index.mips import IndexConfig
 from realm.index.shards import SHARDS_PREFIX, read_marker
 from realm.models.retriever import Retriever
-from realm.run import layout, publication
+from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
 
 REPO = ROOT
@@ -114,8 +114,8 @@ def test_two_process_builder_publishes_what_the_one_process_builder_does(tmp_pat
 
     _run(_accelerate(run_dir, "--batch_size=5"))
 
-    two = versions.load_index_version(versions.current_index_version(run_dir))
-    one = versions.load_index_version(versions.current_index_version(alone))
+    two = versions.load_index_version(live_index.current_index_version(run_dir))
+    one = versions.load_index_version(live_index.current_index_version(alone))
     assert two.manifest["builder_processes"] == 2, "the launcher did not start two processes"
     for field in ("step", "num_vectors", "dim", "factory", "corpus_fingerprint", "weights_sha256"):
         assert two.manifest[field] == one.manifest[field], field
@@ -145,7 +145,7 @@ def test_rank_killed_mid_shard_is_not_taken_as_done_and_the_next_run_finishes_th
     live = publish_embeddings(
         run_dir, staging, step=1, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
     )
-    versions.set_current_index(run_dir, live)
+    live_index.set_current_index(run_dir, live)
     export_tiny(run_dir, 2, blocks, tokenizer)
     weights = publication.read_manifest(layout.retriever_dir(run_dir) / "step-00000002")["weights_sha256"]
     shards = layout.index_dir(run_dir) / f"{SHARDS_PREFIX}{weights}"
@@ -172,7 +172,7 @@ def test_rank_killed_mid_shard_is_not_taken_as_done_and_the_next_run_finishes_th
 
     _run(_torchrun(run_dir, "--batch_size=100"))
 
-    published = versions.load_index_version(versions.current_index_version(run_dir))
+    published = versions.load_index_version(live_index.current_index_version(run_dir))
     assert published.step == 2 and published.manifest["builder_processes"] == 2
     assert published.manifest["reused_shards"] == ([0] if rank0_finished else [])  # rank 1's shard was redone
     np.testing.assert_allclose(np.asarray(published.embeddings()), _reference(run_dir, 2), atol=1e-5, rtol=0)

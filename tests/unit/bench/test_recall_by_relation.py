@@ -38,3 +38,13 @@ def test_a_hub_block_wins_the_exact_search_and_loses_once_queries_are_centred():
     assert ranks == [1] * 8 and all(top[0] == 0 for top in tops)
     recalls = recall_by_relation.hubness_recalls(queries, blocks, gold, k=1)
     assert recalls["exact"] == 0.0 and recalls["queries_centred_1.0"] == 1.0
+
+
+def test_hiding_the_masks_zeroes_their_attention_and_nothing_else():
+    import torch
+
+    ids = torch.tensor([[2, 10, 4, 4, 11, 3, 0], [2, 4, 12, 3, 0, 0, 0]])
+    attention = (ids != 0).long()
+    hidden = recall_by_relation.masks_hidden(ids, attention, mask_id=4)
+    assert hidden.tolist() == [[1, 1, 0, 0, 1, 1, 0], [1, 0, 1, 1, 0, 0, 0]]
+    assert attention.tolist()[0] == [1, 1, 1, 1, 1, 1, 0]  # the batch's own mask is left as it was

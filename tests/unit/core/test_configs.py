@@ -93,6 +93,11 @@ def test_a_config_path_that_is_a_directory_says_so(tmp_path):
 def test_validation_errors_name_the_section():
     with pytest.raises(ConfigError, match="retriever.*num_candidates"):
         load_config(PretrainConfig, None, ["--retriever.num_candidates=1"])
+    for bad, message in (("query_mask_prob=1.5", "query_mask_prob must be in"),
+                         ("remove_prob=-0.1", "remove_prob must be in"),
+                         ("query_mask_max_span=0", "query_mask_max_span must be >= 1")):  # fmt: skip
+        with pytest.raises(ConfigError, match=f"ict.*{message}"):
+            load_config(ICTConfig, None, [f"--ict.{bad}"])
 
 
 def test_overrides_are_dotted_and_typed():

@@ -17,8 +17,8 @@ from realm.core.errors import (
 )
 from realm.data.blocks import BlocksTokenizerError
 from realm.data.corpus import CorpusError
-from realm.index.versions import IndexVersionError
 from realm.pretrain.config import PretrainConfig
+from realm.run.live_index import IndexVersionError
 from warmstart.ict import ICTConfig
 
 

@@ -1,14 +1,12 @@
-"""Tracking: config checks, W&B mode and dirs, retrieval-table rows, and an offline W&B run through accelerate."""
+"""Tracking: config checks, W&B mode and dirs, and an offline W&B run through accelerate (its retrieval-table rows
+from ``tests/unit/conftest.py``)."""
 
 import json
-import math
 import os
 import socket
 from pathlib import Path
 
-import datasets
 import pytest
-import torch
 
 from finetune.evaluate import write_evaluation
 from realm.core.tracking import (
@@ -22,96 +20,8 @@ from realm.core.tracking import (
     log_builder,
     resolve_wandb_mode,
 )
-from realm.data.blocks import BlockStore, uid_hash
-from realm.data.packing import SpecialIds
-from realm.data.vocab import train_wordpiece
-from realm.pretrain.batch import RealmBatch
-from realm.pretrain.candidates import build_candidates
-from realm.pretrain.model import RealmOutput
-from realm.pretrain.retrieval_table import (
-    EMPTY_TITLE,
-    NULL_TITLE,
-    RETRIEVALS_FILE,
-    contains_answer,
-    flatten_row,
-    log_retrieval_table,
-    retrieval_rows,
-)
-
-BLOCKS = [
-    ("France", "France is a country in Europe; its capital is Paris."),
-    ("Germany", "Berlin is the capital of Germany."),
-    ("Franchise", "A franchise is a business model, not a country."),
-]
-QUERIES = [("paris is the capital of france .", "france"), ("berlin is the capital of germany .", "germany")]
-RETRIEVED = [[0, 1, -1], [1, 2, 0]]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(tmp_path_factory):
-    texts = [t for pair in BLOCKS for t in pair] + [q for q, _ in QUERIES]
-    return train_wordpiece(texts * 3, vocab_size=300, out_dir=tmp_path_factory.mktemp("tok"), min_frequency=1)
-
-
-@pytest.fixture(scope="module")
-def store(tokenizer):
-    enc = lambda s: tokenizer(s, add_special_tokens=False)["input_ids"]  # noqa: E731
-    return BlockStore(
-        datasets.Dataset.from_dict(
-            {
-                "uid": [f"{i:040x}" for i in range(1, len(BLOCKS) + 1)],
-                "doc_id": [str(i) for i in range(len(BLOCKS))],
-                "title": [t for t, _ in BLOCKS],
-                "text": [x for _, x in BLOCKS],
-                "title_ids": [enc(t) for t, _ in BLOCKS],
-                "body_ids": [enc(x) for _, x in BLOCKS],
-            }
-        )
-    )
-
-
-def _sublist_start(seq, sub):
-    return next(i for i in range(len(seq)) if seq[i : i + len(sub)] == sub)
-
-
-@pytest.fixture(scope="module")
-def batch_and_output(tokenizer, store):
-    special = SpecialIds.of(tokenizer)
-    queries, positions, targets = [], [], []
-    for sentence, answer in QUERIES:
-        ids = tokenizer(sentence, add_special_tokens=False)["input_ids"]
-        span = tokenizer(answer, add_special_tokens=False)["input_ids"]
-        start = _sublist_start(ids, span)
-        pos = list(range(start, start + len(span)))
-        queries.append([special.cls] + [special.mask if i in pos else t for i, t in enumerate(ids)] + [special.sep])
-        positions.append([p + 1 for p in pos])
-        targets.append(span)
-    lq, m = max(map(len, queries)), max(map(len, positions))
-    padded = lambda rows, n, v: torch.tensor([r + [v] * (n - len(r)) for r in rows])  # noqa: E731
-    batch = RealmBatch(
-        query_input_ids=padded(queries, lq, special.pad),
-        query_attention_mask=padded([[1] * len(q) for q in queries], lq, 0),
-        mask_positions=padded(positions, m, 0),
-        target_ids=padded(targets, m, special.pad),
-        target_mask=padded([[1] * len(t) for t in targets], m, 0),
-        source_uid_hashes=torch.tensor([uid_hash("nope"), 0]),
-        example_ids=torch.tensor([10, 11]),
-    )
-    batch.candidates = build_candidates(batch, torch.tensor(RETRIEVED), store, special, max_block_length=32)
-    gen = torch.Generator().manual_seed(0)
-    bsz, k = batch.candidates.block_ids.shape
-    logits = torch.randn(bsz, k, generator=gen).masked_fill(~batch.candidates.slot_mask, -1e4)
-    token_log_probs = -torch.rand(bsz, k, m, generator=gen) * 3
-    predictions = batch.target_ids.clone()
-    predictions[1] = special.mask  # row 1 is wrong
-    output = RealmOutput(logits, token_log_probs, predictions, predictions.clone())
-    return batch, output
-
-
-@pytest.fixture(scope="module")
-def rows(batch_and_output, store, tokenizer):
-    batch, output = batch_and_output
-    return retrieval_rows(batch, output, store, tokenizer, index_version=4, staleness=2, step=6, max_rows=8)
+from realm.pretrain.retrieval_table import flatten_row, log_retrieval_table
+from realm.run.layout import RETRIEVALS_FILE
 
 
 def test_config_validation():
@@ -130,8 +40,9 @@ def test_config_validation():
     assert not any(TrackingConfig().is_inspect_due(s) for s in range(12))
 
 
-def test_no_trackers_means_no_accelerator_arguments(tmp_path):
+def test_no_trackers_means_no_accelerator_arguments_and_no_builder_run(tmp_path):
     assert accelerator_kwargs(TrackingConfig(), tmp_path) == {}
+    assert init_builder_run(TrackingConfig(report_to="none"), tmp_path) is None
 
 
 def test_auto_mode_is_offline_without_credentials(monkeypatch, tmp_path):
@@ -180,64 +91,6 @@ def test_flatten_config_uses_dotted_keys():
         "optim.betas": "[0.9, 0.99]",
         "seed": 0,
     }
-
-
-def test_contains_answer_normalises_case_accents_punctuation_and_word_boundaries():
-    assert contains_answer("Born in the U.S. in 1990", "u . s .")
-    assert contains_answer("Café  de\nFlore", "cafe de flore")
-    assert not contains_answer("A franchise", "france")
-    assert not contains_answer("Grandstand", "stand")
-    assert not contains_answer("anything", "")
-
-
-def test_rows_describe_each_query_and_slot(rows, batch_and_output):
-    batch, output = batch_and_output
-    assert len(rows) == 2
-    assert [r["gold"] for r in rows] == [a for _, a in QUERIES]
-    assert rows[0]["query"].startswith("paris is the capital of [MASK]")
-    assert not any(t in r["query"] for r in rows for t in ("[CLS]", "[SEP]", "[PAD]"))
-    assert rows[0]["prediction"] == "france" and rows[0]["correct"]
-    assert not rows[1]["correct"]
-    assert rows[0]["step"] == 6 and rows[0]["index_version"] == 4 and rows[0]["staleness"] == 2
-    assert [r["example_id"] for r in rows] == [10, 11]
-    for b, row in enumerate(rows):
-        slots = row["slots"]
-        assert len(slots) == 4
-        assert slots[0]["title"] == NULL_TITLE and slots[0]["block_id"] == -1 and not slots[0]["has_gold"]
-        assert math.isclose(sum(s["p_z"] for s in slots), 1.0, rel_tol=1e-5)
-        for k, slot in enumerate(slots):
-            mask = batch.target_mask[b].float()
-            expected = math.exp(float((output.token_log_probs[b, k] * mask).sum()))
-            assert math.isclose(slot["p_y"], expected, rel_tol=1e-5)
-    assert [s["title"] for s in rows[0]["slots"]] == [NULL_TITLE, "France", "Germany", EMPTY_TITLE]
-    assert rows[0]["slots"][3]["p_z"] < 1e-6
-    assert [s["has_gold"] for s in rows[0]["slots"]] == [False, True, False, False]
-    assert [s["title"] for s in rows[1]["slots"]] == [NULL_TITLE, "Germany", "Franchise", "France"]
-    assert [s["has_gold"] for s in rows[1]["slots"]] == [False, True, False, False]
-    assert rows[0]["slots"][1]["snippet"] == BLOCKS[0][1][:120]
-
-
-def test_max_rows_and_flattening(batch_and_output, store, tokenizer, rows):
-    batch, output = batch_and_output
-    one = retrieval_rows(batch, output, store, tokenizer, index_version=0, staleness=0, step=1, max_rows=1)
-    assert len(one) == 1
-    flat = flatten_row(rows[0])
-    assert "slots" not in flat
-    assert flat["slot0_title"] == NULL_TITLE and flat["slot1_has_gold"] is True
-    assert {f"slot3_{f}" for f in ("title", "snippet", "p_z", "p_y", "has_gold")} <= set(flat)
-    json.dumps(rows)  # plain python values only
-
-
-def test_log_retrieval_table_without_trackers_appends_jsonl(rows, tmp_path):
-    class _Acc:
-        is_main_process = True
-        trackers = []
-
-    log_retrieval_table(_Acc(), rows, step=6, run_dir=tmp_path)
-    log_retrieval_table(_Acc(), rows[:1], step=7, run_dir=tmp_path)
-    lines = (tmp_path / RETRIEVALS_FILE).read_text().splitlines()
-    assert len(lines) == 3 and json.loads(lines[0])["slots"][1]["title"] == "France"
-    assert init_builder_run(TrackingConfig(report_to="none"), tmp_path) is None
 
 
 PREDICTIONS = [

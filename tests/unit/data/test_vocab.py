@@ -13,11 +13,9 @@ from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
 from realm.data.packing import SpecialIds
 from realm.data.vocab import (
-    VocabConfig,
     check_tokenizer,
     load_tokenizer,
     tokenizer_fingerprint,
-    tokenizer_from_config,
     train_wordpiece,
 )
 
@@ -106,24 +104,6 @@ def test_check_tokenizer_rejects_missing_specials():
     )
     with pytest.raises(ValueError, match="no cls, sep, pad, mask token"):
         check_tokenizer(bare)
-
-
-def test_tokenizer_from_config_trains_once_then_reuses(tmp_path):
-    cfg = VocabConfig(vocab_size=100, min_frequency=1)
-    first = tokenizer_from_config(cfg, tmp_path / "tok", TEXTS)
-    again = tokenizer_from_config(cfg, tmp_path / "tok")  # no texts needed: the saved vocabulary is reused
-    assert again.get_vocab() == first.get_vocab()
-    with pytest.raises(ValueError, match="texts are needed"):
-        tokenizer_from_config(cfg, tmp_path / "other")
-
-
-def test_vocab_config_validation():
-    with pytest.raises(ValueError, match="vocab_size"):
-        VocabConfig(vocab_size=5)
-    with pytest.raises(ValueError, match="min_frequency"):
-        VocabConfig(min_frequency=0)
-    with pytest.raises(ValueError, match="tokenizer"):
-        VocabConfig(tokenizer=" ")
 
 
 def test_tokenizer_fingerprint_survives_saving_and_use_and_tells_vocabularies_and_casing_apart(trained, tmp_path):

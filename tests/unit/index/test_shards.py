@@ -14,14 +14,13 @@ import pytest
 from transformers import AutoTokenizer
 
 from index_builder.build import IndexBuilderConfig
-from realm.index.group import BuilderGroup, PeerError
 from index_builder.sharded import _assemble_and_publish, shard_keys
 from realm.data.packing import SpecialIds
 from realm.index import shards as sh
-from realm.index import versions
 from realm.index.embedding import embed_blocks
+from realm.index.group import BuilderGroup, PeerError
 from realm.index.mips import IndexConfig
-from realm.run import layout, publication
+from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, export_tiny, make_run
 
 NUM_BLOCKS = 50
@@ -116,7 +115,7 @@ def test_rank_zero_publishes_nothing_when_a_peer_failed(world):
     reports = [{"status": "ok"}, {"status": "failed", "message": "RuntimeError: out of memory"}]
     with pytest.raises(PeerError, match="rank 1: RuntimeError: out of memory"):
         _assemble_and_publish(run_dir, 3, export, reports, IndexConfig(), 3, time.time(), "fp32")
-    assert versions.current_index_version(run_dir) is None
+    assert live_index.current_index_version(run_dir) is None
     assert not list(layout.index_dir(run_dir).glob(f"{publication.STAGING_PREFIX}*"))
 
 

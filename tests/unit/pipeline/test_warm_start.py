@@ -9,6 +9,7 @@ import pytest
 
 from pipeline import warm_start as ws
 from realm.core.config import load_config
+from realm.core.errors import ConfigError
 from realm.data.blocks import build_blocks_from_config
 from realm.data.corpus import CorpusConfig
 from realm.data.vocab import train_wordpiece
@@ -132,3 +133,13 @@ def test_a_copy_curriculum_needs_a_from_scratch_encoder_and_the_reader_warmup(tm
     cfg = ws.WarmStartConfig(**CONFIGS, copy_curriculum=[ws.CopyStage(words=10, steps=1)])
     with pytest.raises(ValueError, match="for an encoder from scratch"):
         ws.warm_start(cfg, tmp_path, 0, DATA, {"init_from": "minilm/"})
+
+
+def test_a_copy_stage_asking_for_more_words_than_the_corpus_has_is_refused_before_any_stage_runs(monkeypatch, tmp_path):
+    monkeypatch.setattr(ws, "train_warmup", lambda cfg: pytest.fail("a stage ran"))
+    data = _real_data(tmp_path)
+    stages = [ws.CopyStage(words=3, steps=1), ws.CopyStage(words=999, steps=1)]
+    cfg = ws.WarmStartConfig(**CONFIGS, copy_curriculum=stages)
+    with pytest.raises(ConfigError, match=r"copy_curriculum\[1\] asks for 999 words, but the blocks at .* have only"):
+        ws.warm_start(cfg, tmp_path / "run", 0, data, {"hidden_size": 32, "num_layers": 1})
+    assert not (tmp_path / "run" / "copy").exists()

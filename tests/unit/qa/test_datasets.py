@@ -60,7 +60,7 @@ def need(path: Path) -> Path:
 def test_nq_open_dev():
     stats = LoadStats()
     examples = load_nq_open(need(NQ_DEV), stats=stats)
-    assert len(examples) == 3610 and stats.to_dict() == {"num_records": 3610, "num_skipped": 0}
+    assert len(examples) == 3610 and stats.to_dict() == {"num_records": 3610, "num_malformed": 0}
     assert examples[0] == QAExample(
         "when was the last time anyone was on the moon",
         ["14 December 1972 UTC", "December 1972"],
@@ -200,7 +200,7 @@ def test_jsonl_malformed_names_file_line_or_is_counted(tmp_path, caplog, bad, re
     with caplog.at_level(logging.WARNING, logger="realm.qa.datasets"):
         examples = load_nq_open(path, skip_malformed=True, stats=stats)
     assert [e.id for e in examples] == ["nq.jsonl:1", "nq.jsonl:4"]
-    assert stats.to_dict() == {"num_records": 2, "num_skipped": 1}
+    assert stats.to_dict() == {"num_records": 2, "num_malformed": 1}
     assert "skipped 1 malformed" in caplog.text
 
 
@@ -215,13 +215,13 @@ def test_curatedtrec_invalid_regex(tmp_path):
     with pytest.raises(DataFileError, match=r"ct\.txt:2: invalid regular expression '\(unclosed'"):
         load_curatedtrec_drqa(path)
     stats = LoadStats()
-    assert len(load_curatedtrec_drqa(path, skip_malformed=True, stats=stats)) == 1 and stats.num_skipped == 1
+    assert len(load_curatedtrec_drqa(path, skip_malformed=True, stats=stats)) == 1 and stats.num_malformed == 1
     tsv = write(tmp_path / "ct.tsv", ["1\tfactoid\tq?\tok", "2\tfactoid\tq2?\t[a-", "3\tfactoid\tonly three"])
     with pytest.raises(DataFileError, match=r"ct\.tsv:2: invalid regular expression"):
         load_curatedtrec_tsv(tsv)
     stats = LoadStats()
     examples = load_curatedtrec_tsv(tsv, skip_malformed=True, stats=stats)
-    assert [e.id for e in examples] == ["1"] and stats.to_dict() == {"num_records": 1, "num_skipped": 2}
+    assert [e.id for e in examples] == ["1"] and stats.to_dict() == {"num_records": 1, "num_malformed": 2}
 
 
 def test_json_array_errors_name_the_line(tmp_path):
@@ -238,7 +238,7 @@ def test_json_array_errors_name_the_line(tmp_path):
     stats = LoadStats()
     examples = load_webquestions_stanford(path, skip_malformed=True, stats=stats)
     assert [(e.question, e.answers) for e in examples] == [("q1?", ["A"]), ("q4?", ["B C"])]
-    assert stats.num_skipped == 2
+    assert stats.num_malformed == 2
     broken = tmp_path / "broken.json"
     broken.write_text('[\n {"qId": "a", "answers": ["x"], "qText": "q?"},\n {"qId": \n]\n', encoding="utf-8")
     with pytest.raises(DataFileError, match=r"broken\.json:4: invalid JSON"):
@@ -327,6 +327,6 @@ def test_hf_loaders(monkeypatch):
     assert load_task("nq", "hf:validation", skip_malformed=True, stats=stats) == [
         QAExample("q1?", ["a"], False, "nq_open-validation-0")
     ]
-    assert stats.num_skipped == 1
+    assert stats.num_malformed == 1
     assert load_hf_web_questions("test") == [QAExample("w?", ["b", "c"], False, "web_questions-test-0")]
     assert calls[-1] == ("web_questions", "test")

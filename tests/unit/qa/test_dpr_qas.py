@@ -26,7 +26,7 @@ def test_the_real_splits_are_read_whole(name, count, first):
         pytest.skip(f"real data file absent: {path}")
     stats = LoadStats()
     examples = load_task("dpr", str(path), stats=stats)
-    assert len(examples) == count and stats.num_skipped == 0  # the counts of shared/data/real/dpr_qas/SOURCE.md
+    assert len(examples) == count and stats.num_malformed == 0  # the counts of shared/data/real/dpr_qas/SOURCE.md
     assert examples[0].question == first[0] and examples[0].id == f"{name}:1"
     if first[1] is not None:
         assert examples[0].answers == first[1]
@@ -66,7 +66,7 @@ def test_a_bad_row_names_its_line_or_is_counted(tmp_path, bad, reason):
         load_dpr_qas(path)
     stats = LoadStats()
     assert [e.question for e in load_dpr_qas(path, skip_malformed=True, stats=stats)] == ["ok", "fine"]
-    assert stats.to_dict() == {"num_records": 2, "num_skipped": 1}
+    assert stats.to_dict() == {"num_records": 2, "num_malformed": 1}
 
 
 def test_a_dev_file_may_have_another_format_than_the_training_file(tmp_path):

@@ -222,7 +222,7 @@ def tiny_run(tmp_path_factory) -> Path:
     from realm.index.mips import IndexConfig
     from realm.pretrain.evaluation import embed_corpus
     from realm.pretrain.model import RealmModel
-    from realm.run import layout, publication
+    from realm.run import layout, live_index, publication
 
     root = tmp_path_factory.mktemp("tiny-run")
     world, run = root / "world", root / "run"
@@ -293,7 +293,7 @@ def tiny_run(tmp_path_factory) -> Path:
     version = publish_embeddings(
         run, staging, step=6, weights_sha256="-", corpus_fingerprint="-", cfg=IndexConfig(), started=time.time()
     )
-    versions.set_current_index(run, version)
+    live_index.set_current_index(run, version)
     return run
 
 

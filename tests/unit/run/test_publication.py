@@ -20,7 +20,7 @@ from realm.core.errors import RunError
 from realm.index import versions
 from realm.index.build import publish_embeddings
 from realm.index.mips import BruteForceIndex, IndexConfig
-from realm.run import layout, publication
+from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
 
 REPO = ROOT
@@ -37,7 +37,7 @@ def publish_random(run_dir: Path, step: int, *, num: int = 30, dim: int = 8, mak
         run_dir, staging, step=step, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
     )
     if make_current:
-        versions.set_current_index(run_dir, version)
+        live_index.set_current_index(run_dir, version)
     return version
 
 
@@ -105,7 +105,7 @@ def test_clean_staging_removes_only_staging_leftovers(tmp_path):
 
 def test_published_version_loads_and_searches(tmp_path):
     version = publish_random(tmp_path, 7)
-    assert versions.current_index_version(tmp_path) == version
+    assert live_index.current_index_version(tmp_path) == version
     published = versions.load_index_version(version)
     assert published.step == 7 and published.num_vectors == 30
     assert published.manifest["files"][versions.EMBEDDINGS_FILE]["size"] == (version / versions.EMBEDDINGS_FILE).stat().st_size
@@ -136,7 +136,7 @@ def test_corrupt_version_fails_verification_with_a_clear_error(tmp_path, damage,
         (version / versions.BLOCK_IDS_FILE).unlink()
     else:
         (version / publication.MANIFEST).write_text("{")
-    with pytest.raises(versions.IndexVersionError, match=message) as err:
+    with pytest.raises(live_index.IndexVersionError, match=message) as err:
         versions.load_index_version(version)
     assert str(version) in str(err.value)
 
@@ -196,7 +196,7 @@ def test_stop_requested_mid_build_discards_the_staging_folder(tmp_path):
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), batch_size=4), stop=stop) == 0
     assert stop.looks == 4
     assert [p.name for p in layout.index_dir(run_dir).iterdir() if p.name.startswith(publication.STAGING_PREFIX)] == []
-    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 1
+    assert versions.load_index_version(live_index.current_index_version(run_dir)).step == 1
 
 
 @pytest.mark.slow
@@ -213,11 +213,11 @@ def test_builder_killed_mid_build_leaves_the_previous_version_live(tmp_path):
     proc.communicate(timeout=30)
 
     (staging,) = index_dir.glob(f"{publication.STAGING_PREFIX}*")
-    with pytest.raises(versions.IndexVersionError, match="no readable manifest"):
+    with pytest.raises(live_index.IndexVersionError, match="no readable manifest"):
         versions.load_index_version(staging)
     assert publication.read_pointer(index_dir / publication.CURRENT) == "v-00000001"
     assert [s for s, _ in publication.list_published(index_dir, layout.INDEX_PREFIX)] == [1]
-    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 1
+    assert versions.load_index_version(live_index.current_index_version(run_dir)).step == 1
 
     # the next builder start removes the leftover and builds the pending export
     threads = torch.get_num_threads()
@@ -226,7 +226,7 @@ def test_builder_killed_mid_build_leaves_the_previous_version_live(tmp_path):
     finally:
         torch.set_num_threads(threads)
     assert not staging.exists()
-    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 2
+    assert versions.load_index_version(live_index.current_index_version(run_dir)).step == 2
 
 
 @pytest.mark.slow
@@ -238,16 +238,16 @@ def test_builder_killed_at_a_random_moment_never_leaves_a_corrupt_live_index(tmp
     export_tiny(run_dir, 2, blocks, tokenizer)
     index_dir = layout.index_dir(run_dir)
     proc = _start_builder(run_dir)
-    _wait_for(lambda: _embedding(index_dir) or versions.current_index_version(run_dir).name != "v-00000001", 120, proc)
+    _wait_for(lambda: _embedding(index_dir) or live_index.current_index_version(run_dir).name != "v-00000001", 120, proc)
     time.sleep(rng.uniform(0.0, 1.5))
     proc.kill()
     proc.communicate(timeout=30)
-    live = versions.load_index_version(versions.current_index_version(run_dir))  # verifies every checksum
+    live = versions.load_index_version(live_index.current_index_version(run_dir))  # verifies every checksum
     assert live.step in (1, 2)
     for _, version in publication.list_published(index_dir, layout.INDEX_PREFIX):
         versions.load_index_version(version)  # nothing published is partial
     assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=300)) in (0, 1)
-    assert versions.load_index_version(versions.current_index_version(run_dir)).step == 2
+    assert versions.load_index_version(live_index.current_index_version(run_dir)).step == 2
     assert not list(index_dir.glob(f"{publication.STAGING_PREFIX}*"))
 
 

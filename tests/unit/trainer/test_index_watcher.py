@@ -13,7 +13,7 @@ import pytest
 from realm.index import versions
 from realm.index.build import publish_embeddings
 from realm.index.mips import IndexConfig
-from realm.run import layout, publication
+from realm.run import layout, live_index, publication
 from trainer.index_watcher import IndexWatcher
 
 POLL_S = 0.01
@@ -26,7 +26,7 @@ def publish_random(run_dir: Path, step: int, *, make_current: bool = True) -> Pa
         run_dir, staging, step=step, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
     )
     if make_current:
-        versions.set_current_index(run_dir, version)
+        live_index.set_current_index(run_dir, version)
     return version
 
 
@@ -67,7 +67,7 @@ def test_corrupt_version_is_skipped_and_the_previous_one_stays(tmp_path, watcher
     data[-1] ^= 0xFF
     (bad / versions.EMBEDDINGS_FILE).write_bytes(bytes(data))
     with caplog.at_level(logging.WARNING, logger="trainer.index_watcher"):
-        versions.set_current_index(tmp_path, bad)
+        live_index.set_current_index(tmp_path, bad)
         assert watcher.wait_for(2, timeout_s=0.3) is None
     assert any("skipping index version v-00000002" in r.getMessage() for r in caplog.records)
     assert good.step == 1 and good.num_vectors == 20  # what the trainer holds is untouched
@@ -113,5 +113,5 @@ def test_current_naming_anything_but_a_version_inside_the_run_is_not_followed(tm
     publish_random(tmp_path, 1)
     publication.write_pointer(layout.index_dir(tmp_path) / publication.CURRENT, name)
     with caplog.at_level(logging.ERROR):
-        assert versions.current_index_version(tmp_path) is None
+        assert live_index.current_index_version(tmp_path) is None
     assert "not a version folder inside" in caplog.text
