@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     groups = [f"{kinds[r['entity_id']]}/{r['relation']}" for r in records]
     table = recall_by_group(ranks, groups, args.k)
     hidden_ranks = gold_ranks(hidden @ blocks.T, gold)[0] if hidden is not None else None
-    hidden_table = recall_by_group(hidden_ranks, groups, args.k) if hidden_ranks else None
+    hidden_table = recall_by_group(hidden_ranks, groups, args.k) if hidden_ranks is not None else None
     extra = " [MASK]s hidden |" if hidden_table else ""
     print(f"| entity kind / relation | sentences | recall@{args.k} | missed |{extra}\n|---|---|---|---|"
           + ("---|" if extra else ""))  # fmt: skip
@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
         cell = f" {hidden_table[group]['recall']:.3f} |" if hidden_table else ""
         print(f"| {group} | {row['n']} | {row['recall']:.3f} | {row['missed']} |{cell}")
     overall = {"recall": sum(r < args.k for r in ranks) / len(ranks)}
-    if hidden_ranks:
+    if hidden_ranks is not None:
         overall["recall_masks_hidden"] = sum(r < args.k for r in hidden_ranks) / len(hidden_ranks)
     print(f"all {len(ranks)} sentences: " + ", ".join(f"{k} {v:.3f}" for k, v in overall.items()))
     missed = [(r, rank, top) for r, rank, top in zip(records, ranks, tops) if rank >= args.k][: args.examples]

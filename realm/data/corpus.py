@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import logging
 import typing
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -23,7 +22,6 @@ from realm.data.jsonl import iter_json_object, iter_jsonl
 from realm.data.malformed import existing_file, reject, report
 from realm.data.tsv import iter_tsv
 
-logger = logging.getLogger(__name__)
 
 CorpusFormat = Literal["jsonl", "json_object", "dpr_tsv", "hf", "hf_disk"]
 

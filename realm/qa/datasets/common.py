@@ -8,7 +8,6 @@ makes every format report errors the same way.
 from __future__ import annotations
 
 import json
-import logging
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -19,7 +18,6 @@ from realm.data.malformed import existing_file, reject, report
 
 # The package's name, not this module's: the loaders logged as "realm.qa.datasets" before the package was split, and log
 # filters (and tests) select on that name.
-logger = logging.getLogger(__package__)
 
 __all__ = ["DataFileError", "LoadStats", "QAExample"]
 
