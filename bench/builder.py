@@ -25,7 +25,6 @@ On a GPU, BERT-base in bf16 (MFU against the same run's bf16 matmul peak)::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -34,21 +33,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from harness import REPO, write_json  # isort:skip  (first: no hub, no W&B network, repository importable)
 import datasets
 import numpy as np
 import torch
-from step import bert_config, bert_flops, device_time, matmul_peak  # bench/step.py, beside this file
+from flops import bert_flops, device_time, matmul_peak  # bench/flops.py, beside this file
+from timed_steps import BERT_SHAPE_FLAGS, bert_config
 from transformers import BertConfig, BertTokenizer
 
 from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
-from realm.run import live_index
 from realm.index.build import PRECISIONS
 from realm.index.embedding import block_lengths, embed_blocks, packed_batches
 from realm.models.retriever import Retriever, RetrieverConfig
-from realm.run import layout, publication
+from realm.run import layout, live_index, publication
 
-REPO = Path(__file__).resolve().parents[1]
 WIKIPEDIA_BLOCKS, WIKIPEDIA_LEN = 13_353_718, 288
 BERT_BASE = BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072)
 
@@ -56,11 +55,7 @@ BERT_BASE = BertConfig(hidden_size=768, num_hidden_layers=12, num_attention_head
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     for name, default in [
-        ("hidden", 128),
-        ("layers", 2),
-        ("heads", 4),
-        ("intermediate", 512),
-        ("vocab", 6000),
+        *BERT_SHAPE_FLAGS,
         ("embed-dim", 128),
         ("block-len", 96),
         ("body-len", 90),
@@ -256,8 +251,7 @@ def main(argv: list[str] | None = None) -> dict:
         f"{100 * utilization:.0f}%; 8 devices: {w['hours_8dev_ideal']:.2f} h / "
         f"{w['hours_8dev_measured_util']:.2f} h (linear scaling)"
     )
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    write_json(args.json, results)
     return results
 
 

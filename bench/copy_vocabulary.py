@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 
 from pipeline.warm_start import CopyStage, WarmStartConfig, copy_curriculum  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402

@@ -51,8 +51,11 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import torch  # noqa: E402
+
+from pipeline.demo import DemoConfig, make_data, pretrain_config, warm_start_demo  # noqa: E402
+from pipeline.warm_start import WarmStartConfig  # noqa: E402
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging, read_metrics  # noqa: E402
 from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks  # noqa: E402
@@ -60,17 +63,13 @@ from realm.data.corpus import CorpusConfig  # noqa: E402
 from realm.data.jsonl import iter_jsonl  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
-from realm.run.layout import METRICS_FILE  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.evaluation import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles  # noqa: E402
-from pipeline.synthetic import make_world_data  # noqa: E402
-from pipeline.warm_start import encoder_shape, warm_start  # noqa: E402
-from realm_cli.demo import parse_args as demo_args  # noqa: E402
-from realm_cli.demo import warm_start_config  # noqa: E402
+from realm.run.layout import METRICS_FILE  # noqa: E402
 from trainer.loop import Trainer  # noqa: E402
 
 OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
@@ -86,13 +85,11 @@ ROW_CONFIG = REPO / "configs/pretrain/demo.yaml"  # every row's pre-training con
 def prepare(out: Path, seed: int, entities: int, ict_steps: int | None = None) -> dict[str, Path]:
     """The demo's world, vocabulary, blocks, reader warm-up and ICT retriever (``ict_steps``: the demo's ICT steps
     unless given), shared by every row."""
-    ict = ["--ict-steps", str(ict_steps)] if ict_steps is not None else []
-    args, _ = demo_args(["--out", str(out), "--seed", str(seed), "--entities", str(entities), *ict])
-    cfg = load_config(PretrainConfig, REPO / args.config)
-    paths = make_world_data(out, seed, entities, args.vocab_size, cfg.retriever.max_block_length)
-    data = {"tokenizer": str(paths["tokenizer"]), "blocks": str(paths["blocks"])}
-    warm_start(warm_start_config(args), out, seed, data, encoder_shape(cfg.model))  # the demo shape
-    return {**paths, "encoder": out / "warmup" / "encoder", "retriever": out / "ict" / "retriever"}
+    demo = DemoConfig(out=str(out), seed=seed, num_entities=entities, warm_start=WarmStartConfig(ict_steps=ict_steps),
+                      pretrain_config=str(ROW_CONFIG))  # fmt: skip
+    paths = make_data(demo)
+    warm = warm_start_demo(demo, paths, pretrain_config(demo, paths).model)  # the demo shape
+    return {**paths, "encoder": warm.encoder, "retriever": warm.retriever}
 
 
 def ict_embeddings(paths: dict[str, Path], overrides: list[str]) -> torch.Tensor:
@@ -235,7 +232,9 @@ def first_lines(path: Path, count: int, out: Path) -> Path:
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str], list[str]]:
+    """(the options, the rows to run in order, the dotted overrides ``--set`` gives every row), checked before any
+    minute is spent."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default="runs/evidence")
     parser.add_argument("--seed", type=int, default=0)
@@ -269,11 +268,12 @@ def main(argv: list[str] | None = None) -> int:
         load_config(PretrainConfig, ROW_CONFIG, common)
     except ValueError as err:  # note: realm's ConfigError and every config's own __post_init__ check
         parser.error(f"--set: {err}")
-    init_logging()
-    out = Path(args.out)
-    t0 = time.perf_counter()
-    paths = prepare(out, args.seed, args.entities, args.ict_steps)
-    table = {"prepare": {"wall_s": time.perf_counter() - t0}}
+    return args, rows, common
+
+
+def row_overrides(refresh: int, common: list[str]) -> dict[str, list[str]]:
+    """Each pre-trained row's overrides over ``common``: its refresh interval (``refresh``, 30x it, never), loss or
+    masking."""
     lag = load_config(PretrainConfig, ROW_CONFIG, common).refresh.swap_lag
 
     def every(interval: int) -> list[str]:
@@ -281,15 +281,25 @@ def main(argv: list[str] | None = None) -> int:
         ``--set refresh.swap_lag=-1`` swaps each as soon as it is built, the fastest)."""
         return [f"--refresh.refresh_interval={interval}", f"--refresh.swap_lag={min(lag, interval - 1)}"]
 
-    fresh = every(args.refresh)
-    variants = {
+    fresh = every(refresh)
+    return {
         "realm": fresh,
         "closed_book": [*fresh, "--train.loss=closed_book"],
-        "stale_30x": [*every(30 * args.refresh), f"--refresh.max_staleness={NEVER}"],
+        "stale_30x": [*every(30 * refresh), f"--refresh.max_staleness={NEVER}"],
         "frozen": [*every(NEVER), f"--refresh.max_staleness={NEVER}"],
         "random_span": [*fresh, "--data.masking=random_span"],
         "random_token": [*fresh, "--data.masking=random_token"],
     }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, rows, common = parse_args(argv)
+    init_logging()
+    out = Path(args.out)
+    t0 = time.perf_counter()
+    paths = prepare(out, args.seed, args.entities, args.ict_steps)
+    table = {"prepare": {"wall_s": time.perf_counter() - t0}}
+    variants = row_overrides(args.refresh, common)
     ict = ict_embeddings(paths, common)
     realm_trainer = None
     for name in rows:
@@ -312,8 +322,7 @@ def main(argv: list[str] | None = None) -> int:
             realm_trainer = trainer if name == "realm" else realm_trainer
         print(json.dumps({name: table[name]}), flush=True)
     print(format_table(table))
-    if args.json:
-        Path(args.json).write_text(json.dumps(table, indent=2))
+    write_json(args.json, table)
     return 0
 
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from offline import REPO  # noqa: F401,E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import evidence  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
@@ -49,8 +49,7 @@ def main(argv: list[str] | None = None) -> int:
         out = run / "evidence" / name
         table[name] = evidence.hot_swap_row(out, world["seed"], world["num_entities"], trainer, redraw)
     print(json.dumps(table, indent=1))
-    if args.json:
-        Path(args.json).write_text(json.dumps(table, indent=1))
+    write_json(args.json, table)
     return 0
 
 

@@ -6,7 +6,7 @@ under ``transformers.models.deprecated.realm``): ``RealmScorer`` (a query ``Real
 over the candidates; then backward, clipping and AdamW, as our step does. The project needs transformers 5, so the
 peer runs in a side virtual environment that this script creates (``--venv``; ``--system-site-packages``, so it
 uses this environment's torch and the same device) and in a worker process of its own. Both steps see the same
-tensors: our step (``bench/step.py``'s ``RealmStep``, the trainer's step on random queries over a random corpus)
+tensors: our step (``bench/timed_steps.py``'s ``RealmStep``, the trainer's step on random queries over a random corpus)
 retrieves and packs a batch, and the worker is handed that batch's query, candidate and reader tensors, so the shapes
 (batch, candidates, lengths, model size) are the same by construction. Steps alternate (ours i, then the peer's i;
 never at the same time), so load that drifts during the run slows both alike; each ratio is the median of the
@@ -168,7 +168,7 @@ def peer_inputs(batch) -> dict:
 def measure(args: argparse.Namespace) -> dict:
     import torch
     from safetensors.torch import save_file
-    from step import RealmStep, bert_config, reader_length
+    from timed_steps import RealmStep, bert_config, reader_length
 
     from realm.core.logging import set_num_threads
 
@@ -270,8 +270,8 @@ def main(argv: list[str] | None = None) -> None:
     if argv[:1] == ["--worker"]:
         peer_worker(json.loads(argv[1]))
         return
-    import offline  # noqa: F401  (no hub, no W&B network, repository importable)
-    from step import emit, shape_parser
+    from harness import emit  # note: first: no hub, no W&B network, repository importable
+    from timed_steps import shape_parser
 
     p = shape_parser(__doc__.splitlines()[0])
     p.add_argument("--venv", default=str(DEFAULT_VENV), help="the side environment for the peer (created if missing)")

@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import torch  # noqa: E402
 from evidence import ict_embeddings, pretrain_row, prepare  # noqa: E402
 from realm.core.config import load_config  # noqa: E402
@@ -185,8 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         args, "memorise_then_realm", {**paths, "encoder": memorised}, args.realm_steps, ict, probe
     )
     print(format_table(table, args.target))
-    if args.json:
-        Path(args.json).write_text(json.dumps(table, indent=2))
+    write_json(args.json, table)
     return 0
 
 

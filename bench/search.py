@@ -14,11 +14,10 @@ peer a trainer without faiss-gpu would otherwise have. Run from the repository r
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 
-from offline import REPO  # noqa: F401 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import write_json  # isort:skip  (first: no hub, no W&B network, repository importable)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
@@ -79,9 +78,7 @@ def main() -> None:
     width = max(map(len, result))
     for key, value in result.items():
         print(f"{key:<{width}}  {value}")
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(result, f, indent=2)
+    write_json(args.json, result)
 
 
 if __name__ == "__main__":

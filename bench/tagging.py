@@ -15,7 +15,6 @@ like. About 2 minutes for the whole corpus on one shared CPU core.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -24,7 +23,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from offline import REPO  # noqa: F401,E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 from realm.data.corpus import read_json_object  # noqa: E402
 from realm.data.sentences import split_sentences  # noqa: E402
 from realm.data.tagging import (  # noqa: E402
@@ -218,8 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         "extra": grouped_examples(extras, lambda span, why: f"{span[2]}/{why}", sample, args.examples),
     }
     print_report(result, examples)
-    if args.json:
-        Path(args.json).write_text(json.dumps({**result, "examples": examples}, indent=2, ensure_ascii=False))
+    write_json(args.json, {**result, "examples": examples})
     return 0
 
 

@@ -2,7 +2,8 @@
 
     realm evaluate OUT --task nq --data NQ-open.dev.jsonl [--name test] [--batch-size 16] [--report_to wandb]
 
-OUT is a ``realm finetune`` output folder: its ``model/``, ``tokenizer/`` and frozen index are used. Writes
+OUT is a ``realm finetune`` output folder: its ``model/``, ``tokenizer/`` and frozen index are used, and the
+candidates its manifest records (``retrieval.candidates``: the dense search, or BM25 ranked here). Writes
 ``OUT/eval/NAME/predictions.jsonl`` (question, gold answers, prediction, top-k block ids, titles, scores,
 has_answer) and ``metrics.json``, and prints the metrics.
 """
@@ -27,7 +28,7 @@ from realm.data.blocks import check_blocks_tokenizer
 from realm.data.vocab import load_tokenizer
 from realm.index import versions
 from realm.models.reader import ReaderConfig
-from realm.qa.batch import QuestionSet
+from realm.qa.candidates import RetrievalConfig
 from realm.qa.evaluation import DEFAULT_TOP_K, evaluate_qa
 from realm.qa.model import OpenQAModel
 from realm.qa.prediction_table import PREDICTIONS_KEY, prediction_rows
@@ -63,6 +64,8 @@ def load_qa_run(out_dir: str | Path):
     if manifest is None:
         raise FileNotFoundError(f"{out} has no published {MODEL_DIR}/ (is it a `realm finetune` output folder?)")
     reader = load_config(ReaderConfig, overrides=manifest["reader"])
+    # note: a model published before the option existed read the dense search's blocks
+    retrieval = load_config(RetrievalConfig, overrides=manifest.get("retrieval", {}))
     tokenizer = load_tokenizer(out / manifest["tokenizer"])
     index_path = Path(manifest["index"])
     if not index_path.is_dir():  # note: the folder was moved; its own index is where it was, relatively
@@ -71,7 +74,7 @@ def load_qa_run(out_dir: str | Path):
     check_blocks_tokenizer(index.manifest["blocks"], tokenizer)
     publication.verify_published(out / MODEL_DIR)
     model = OpenQAModel.from_pretrained(out / MODEL_DIR)
-    return model, qa_context(index, tokenizer, reader), manifest
+    return model, qa_context(index, tokenizer, reader, retrieval), manifest
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -110,9 +113,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     except ValueError:
         raise ArgumentError(f"--top-k must be comma-separated integers, got {args.top_k!r}") from None
     model, ctx, manifest = load_qa_run(out)
-    questions = QuestionSet(
-        task.load(args.data, args.max_questions), ctx.words.tokenizer, ctx.reader.max_question_length
-    )
+    questions = ctx.question_set(task.load(args.data, args.max_questions), max(top_k))
     accelerator = build_accelerator(tracking, out)
     init_trackers(accelerator, tracking, out, {"data": args.data, "task": args.task}, job_type="evaluate")
     metrics, records = evaluate_qa(

@@ -32,6 +32,7 @@ from realm.models.bert import ModelConfig
 from realm.models.pretrained import read_bert_config
 from realm.models.reader import ReaderConfig, SpanReader, reader_config
 from realm.models.retriever import Embedder, Retriever, RetrieverConfig
+from realm.qa.candidates import RetrievalConfig
 from realm.qa.evaluation import QAContext
 from realm.qa.model import OpenQAModel
 from realm.qa.spans import Wordpieces
@@ -146,7 +147,9 @@ def frozen_index(out_dir: Path, start: Start, init: InitConfig, index_cfg: Index
     return versions.load_index_version(version, cfg=index_cfg)
 
 
-def qa_context(index: versions.PublishedIndex, tokenizer, reader: ReaderConfig) -> QAContext:
+def qa_context(
+    index: versions.PublishedIndex, tokenizer, reader: ReaderConfig, retrieval: RetrievalConfig
+) -> QAContext:
     blocks = load_blocks(index.manifest["blocks"])
     return QAContext(
         store=BlockStore(blocks),
@@ -155,4 +158,5 @@ def qa_context(index: versions.PublishedIndex, tokenizer, reader: ReaderConfig) 
         words=Wordpieces(tokenizer),
         special=SpecialIds.of(tokenizer),
         reader=reader,
+        retrieval=retrieval,
     )

@@ -3,7 +3,8 @@
     realm finetune --config configs/finetune/demo.yaml --init.run=RUN --task.name=nq --task.train=PATH \
         --task.dev=PATH --train.run_dir=OUT [--section.key=value ...]
 
-Each step: embed the questions with the live query tower, search the frozen index for the retriever beam, read the
+Each step: embed the questions with the live query tower, search the frozen index for the retriever beam (with
+``--retrieval.candidates=bm25``, take BM25's top blocks of each question instead, ranked once at start-up), read the
 top ``reader.reader_beam`` blocks, and minimise the marginal retriever + reader loss (``realm.qa.loss``). The dev set
 is evaluated before training (the un-fine-tuned start), every ``eval_interval`` steps and at the end; predictions and
 metrics go to ``OUT/eval/dev-step-N/``. The model is published to ``OUT/model/`` (manifest last). Checkpoints in
@@ -36,8 +37,9 @@ from realm.models.bert import ModelConfig
 from realm.models.pretrained import load_model_tokenizer
 from realm.models.reader import ReaderConfig
 from realm.models.retriever import RetrieverConfig
-from realm.qa.batch import QACollator, QuestionSet
-from realm.qa.evaluation import QAContext, evaluate_qa
+from realm.qa.batch import QACollator
+from realm.qa.candidates import RetrievalConfig
+from realm.qa.evaluation import DEFAULT_TOP_K, QAContext, evaluate_qa
 from realm.run import publication
 from realm.training.accelerator import build_accelerator
 from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
@@ -87,6 +89,9 @@ class FinetuneConfig:
     """Shape of the networks when they start from scratch (neither ``init.run`` nor ``init.bert``)."""
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     """Embedder shape from scratch / from a BERT, and the block length the frozen index is embedded with."""
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    """Where each question's candidate blocks come from (the dense search, or BM25); recorded in the model's
+    manifest so that ``realm evaluate`` reads the same candidates."""
     index: IndexConfig = field(default_factory=IndexConfig)
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5, warmup_steps=100))
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -115,16 +120,17 @@ class Finetuner:
         self.accelerator.wait_for_everyone()
         if not is_main:
             self.index = frozen_index(self.out, start, cfg.init, cfg.index, build=False)
-        self.ctx: QAContext = qa_context(self.index, self.tokenizer, cfg.reader)
-        max_question_length = cfg.reader.max_question_length
-        self.train_set = QuestionSet(train_examples, self.tokenizer, max_question_length)
-        self.dev_set = QuestionSet(dev_examples, self.tokenizer, max_question_length) if dev_examples else None
+        self.ctx: QAContext = qa_context(self.index, self.tokenizer, cfg.reader, cfg.retrieval)
+        self.train_set = self.ctx.question_set(train_examples, cfg.finetune.retriever_beam)
+        # note: evaluate_qa retrieves max(DEFAULT_TOP_K) blocks per question, whatever the training beam
+        self.dev_set = self.ctx.question_set(dev_examples, max(DEFAULT_TOP_K)) if dev_examples else None
         logger.info(
-            "%d training questions, %d dev questions, %d blocks in the frozen index %s",
+            "%d training questions, %d dev questions, %d blocks in the frozen index %s, %s candidates",
             len(self.train_set),
             len(self.dev_set) if self.dev_set else 0,
             self.index.num_vectors,
             self.index.path,
+            cfg.retrieval.candidates,
         )
         self.loop = TrainingLoop.prepare(self.accelerator, cfg.train, cfg.optim, start.model, cfg)
         self.model = self.loop.model
@@ -210,7 +216,8 @@ class Finetuner:
         final = self.out / MODEL_DIR
         if self.accelerator.is_main_process:
             manifest = {"kind": "qa_model", "step": step, "task": self.cfg.task.name, "index": str(self.index.path.resolve()),
-                        "tokenizer": TOKENIZER_DIR, "reader": to_dict(self.cfg.reader)}  # fmt: skip
+                        "tokenizer": TOKENIZER_DIR, "reader": to_dict(self.cfg.reader),
+                        "retrieval": to_dict(self.cfg.retrieval)}  # fmt: skip
             publication.replace_published(final, self.unwrapped.save_pretrained, manifest)
         self.accelerator.wait_for_everyone()
         return final

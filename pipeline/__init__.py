@@ -1,2 +1,3 @@
 """The pipelines as library functions over typed configs, which ``realm demo``, ``realm real-text`` and bench/ call:
-the demo's synthetic data, the real-text data, the warm start, and the pre-training and QA stages they share."""
+the demo (``DemoConfig``, ``run_demo``) and its synthetic data, the real-text pipeline, the warm start, and the
+pre-training and QA stages they share."""

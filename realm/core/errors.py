@@ -1,8 +1,9 @@
 """User errors: problems the person running a command can fix, reported as one line and exit code 2.
 
 Every error of that kind derives from ``UserError``: a bad config or override (``ConfigError``), a malformed data
-file (``DataFileError``), a missing or unreadable input (``MissingFileError``, ``InputError``), a run directory, checkpoint or index that cannot be
-used (``RunError``, ``IndexVersionError``), a bad argument (``ArgumentError``). Its message says what and where.
+file (``DataFileError``), a missing or unreadable input (``MissingFileError``, ``InputError``), a run directory,
+checkpoint or index that cannot be used (``RunError``, ``IndexVersionError``), a bad argument (``ArgumentError``), an
+optional package the chosen setting needs (``MissingPackageError``). Its message says what and where.
 ``run_command`` is the one place that turns them into ``PROG: error: MESSAGE`` on stderr and exit code 2; every
 entry point (the ``realm`` command and each process's ``python -m``) goes through it. Anything else is a bug and
 keeps its traceback.
@@ -42,6 +43,10 @@ class ArgumentError(UserError, ValueError):
 
 class RunError(UserError, RuntimeError):
     """A run directory or checkpoint that cannot be used."""
+
+
+class MissingPackageError(UserError, ImportError):
+    """An optional package the chosen setting needs is not installed; the message says what to install."""
 
 
 def run_command(prog: str, entry: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:

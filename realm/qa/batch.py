@@ -1,8 +1,9 @@
 """Batches for open-domain QA: tokenised questions, then the retrieved blocks with reader inputs and span labels.
 
 As in pre-training, the collator only packs questions; ``attach_blocks`` runs once the query embedder has searched
-the frozen index. It fills, for the retriever beam (R blocks), the frozen document embeddings and whether each block
-contains an answer (DPR ``has_answer`` on the block text), and for the top K blocks (the reader beam) the packed
+the frozen index (a question set with fixed candidates, e.g. BM25's from ``realm.qa.candidates``, replaces the
+search). It fills, for the retriever beam (R blocks), the frozen document embeddings and whether each block contains
+an answer (DPR ``has_answer`` on the block text), and for the top K blocks (the reader beam) the packed
 ``[CLS] question [SEP] body [SEP]`` inputs with their candidate and correct spans.
 """
 
@@ -29,10 +30,19 @@ logger = logging.getLogger(__name__)
 
 
 class QuestionSet(Dataset):
-    """Questions with their wordpieces (and plain answers' wordpieces), tokenised once; items are row numbers."""
+    """Questions with their wordpieces (and plain answers' wordpieces), tokenised once; items are row numbers.
 
-    def __init__(self, examples: Sequence[QAExample], tokenizer, max_question_length: int) -> None:
+    ``candidates`` ([Q, C] int64 block ids, best first, -1 padded), when given, are each question's fixed candidate
+    blocks: ``attach_blocks`` reads them instead of searching the index.
+    """
+
+    def __init__(
+        self, examples: Sequence[QAExample], tokenizer, max_question_length: int, candidates: np.ndarray | None = None
+    ) -> None:
         self.examples = list(examples)
+        if candidates is not None and len(candidates) != len(self.examples):
+            raise ValueError(f"{len(candidates)} candidate rows for {len(self.examples)} questions")
+        self.candidates = candidates
         questions = tokenizer([e.question for e in self.examples], add_special_tokens=False)["input_ids"]
         self.question_ids = [ids[: max_question_length - 2] for ids in questions]
         truncated = sum(len(ids) > max_question_length - 2 for ids in questions)
@@ -101,6 +111,25 @@ class QACollator:
         return QABatch(ids, mask, torch.tensor(list(rows), dtype=torch.long))
 
 
+def beam_size(retriever_beam: int, cfg: ReaderConfig) -> int:
+    """Blocks retrieved per question: the retriever beam, or the reader beam when that is larger."""
+    return max(retriever_beam, cfg.reader_beam)
+
+
+def candidate_ids(questions: QuestionSet, rows: list[int], query_embeddings: Tensor, index: DocumentIndex,
+                  beam: int) -> Tensor:  # fmt: skip
+    """[B, beam] int64 block ids of the questions ``rows``: their fixed candidates when the set has them (the index
+    is not searched), else the frozen index's top ``beam`` for ``query_embeddings``."""
+    if questions.candidates is None:
+        _, ids = index.search(query_embeddings.detach().float().cpu(), beam)
+        return ids.cpu()
+    if questions.candidates.shape[1] < beam:
+        # note: a shallower set would silently shorten the beam (and the top-k columns of an evaluation)
+        depth = questions.candidates.shape[1]
+        raise ValueError(f"the question set has {depth} candidates per question, fewer than the beam of {beam}")
+    return torch.from_numpy(questions.candidates[rows, :beam]).long()
+
+
 @torch.no_grad()
 def attach_blocks(
     batch: QABatch,
@@ -114,15 +143,14 @@ def attach_blocks(
     cfg: ReaderConfig,
     retriever_beam: int,
 ) -> QABatch:
-    """Searches the frozen ``index`` (whose row i is ``embeddings[i]`` = block i) and fills ``batch.blocks``."""
-    beam = max(retriever_beam, cfg.reader_beam)
-    _, ids = index.search(query_embeddings.detach().float().cpu(), beam)
-    ids = ids.cpu()
+    """Searches the frozen ``index`` (whose row i is ``embeddings[i]`` = block i), or takes the question set's fixed
+    candidates, and fills ``batch.blocks``."""
+    rows = batch.example_ids.tolist()
+    ids = candidate_ids(questions, rows, query_embeddings, index, beam_size(retriever_beam, cfg))
     valid = ids >= 0
     flat = ids.clamp(min=0).reshape(-1).numpy()
     doc_embeddings = torch.from_numpy(np.ascontiguousarray(embeddings[flat], dtype=np.float32)).view(*ids.shape, -1)
 
-    rows = batch.example_ids.tolist()
     present = sorted({int(i) for i in ids[valid].tolist()})
     _, texts = store.texts(present)
     text_of = dict(zip(present, texts))

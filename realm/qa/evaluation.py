@@ -1,15 +1,15 @@
 """Open-domain QA evaluation: predictions and metrics of an ``OpenQAModel`` over a frozen index, batched.
 
-Per question: retrieve the top ``max(top_k)`` blocks, read the top ``reader_beam`` of them, predict the best span.
-Metrics: exact match (``regex_match`` for regex answers, as ORQA scores CuratedTrec), DPR top-k retrieval accuracy,
-and the share of questions whose read blocks hold a correct candidate span (the reader's ceiling). With an
-``accelerator`` of N processes, each process evaluates a contiguous 1/N of the questions and every process gets all
-records (in file order) and the metrics over all of them.
+Per question: retrieve the top ``max(top_k)`` blocks (or take its fixed candidates: ``realm.qa.candidates``), read
+the top ``reader_beam`` of them, predict the best span. Metrics: exact match (``regex_match`` for regex answers, as
+ORQA scores CuratedTrec), DPR top-k retrieval accuracy, and the share of questions whose read blocks hold a correct
+candidate span (the reader's ceiling). With an ``accelerator`` of N processes, each process evaluates a contiguous
+1/N of the questions and every process gets all records (in file order) and the metrics over all of them.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
 import numpy as np
@@ -21,7 +21,10 @@ from realm.data.blocks import BlockStore
 from realm.data.packing import SpecialIds
 from realm.index.mips import DocumentIndex
 from realm.models.reader import ReaderConfig
-from realm.qa.batch import QABatch, QACollator, QuestionSet, attach_blocks
+from realm.index.text_bm25 import TextBM25
+from realm.qa.batch import QABatch, QACollator, QuestionSet, attach_blocks, beam_size
+from realm.qa.candidates import RetrievalConfig, bm25_candidates, store_bm25
+from realm.qa.datasets import QAExample
 from realm.qa.metrics import exact_match, regex_match, top_k_accuracy
 from realm.qa.model import OpenQAModel, best_spans
 from realm.qa.spans import Wordpieces
@@ -40,8 +43,25 @@ class QAContext:
     words: Wordpieces
     special: SpecialIds
     reader: ReaderConfig
+    retrieval: RetrievalConfig = field(default_factory=RetrievalConfig)
+    _bm25: TextBM25 | None = field(default=None, init=False, repr=False)
+    """Built on first use and kept, so the training and dev sets share one BM25 index."""
+
+    def question_set(self, examples: Sequence[QAExample], beam: int) -> QuestionSet:
+        """``examples`` tokenised for the reader; with ``retrieval.candidates=bm25`` each also carries BM25's top
+        blocks for a retriever beam of ``beam`` (ranked here, once)."""
+        candidates = None
+        if self.retrieval.candidates == "bm25":
+            if self._bm25 is None:
+                self._bm25 = store_bm25(self.store)
+            candidates = bm25_candidates(self._bm25, [e.question for e in examples], beam_size(beam, self.reader))
+        return QuestionSet(examples, self.words.tokenizer, self.reader.max_question_length, candidates)
 
     def attach(self, batch: QABatch, query_embeddings: torch.Tensor, questions: QuestionSet, beam: int) -> QABatch:
+        if self.retrieval.candidates == "bm25" and questions.candidates is None:
+            # note: without this, a set built around question_set would silently be read from the dense search
+            raise ValueError("retrieval.candidates is bm25 but the question set has no candidates: build it with "
+                             "QAContext.question_set")  # fmt: skip
         return attach_blocks(
             batch, query_embeddings, self.index, self.embeddings, self.store, questions, self.words, self.special,
             self.reader, beam,

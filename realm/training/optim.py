@@ -47,6 +47,10 @@ class OptimConfig:
     Measured from a young (40-step ICT) retriever at ``retriever_lr_scale`` 1.0, 3 starts x 3 index schedules: with
     the encoder's 50 steps, 2 of the 9 runs lost their candidates at the rate's peak (held-out accuracy 0.015, 0.167);
     with 200, none did, and all 9 ended better (+0.228 on average; docs/evidence.md, "Index freshness")."""
+    retriever_delay_steps: int = 0
+    """Steps for which the embedders' rate is 0 before their warm-up begins (the encoder trains from step 0). Even a
+    small warming-up rate moves the query tower while the reader cannot read yet, and those early steps can pull
+    queries off their articles for good (docs/recipe.md, point 6)."""
     max_grad_norm: float = 1.0
     """Gradient clipping norm (0 disables clipping)."""
     betas: tuple[float, float] = (0.9, 0.999)
@@ -69,6 +73,8 @@ class OptimConfig:
             raise ValueError("warmup_steps, decay_steps, weight_decay and max_grad_norm must be >= 0")
         if self.retriever_warmup_steps is not None and self.retriever_warmup_steps < 0:
             raise ValueError(f"retriever_warmup_steps must be >= 0 (or unset), got {self.retriever_warmup_steps}")
+        if self.retriever_delay_steps < 0:
+            raise ValueError(f"retriever_delay_steps must be >= 0, got {self.retriever_delay_steps}")
 
 
 def model_width(model: nn.Module) -> int:
@@ -116,22 +122,27 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, max_steps: int):
     optimizer = torch.optim.AdamW(param_groups, lr=lr, betas=tuple(cfg.betas), eps=cfg.eps, **kernel)
     retriever_warmup = cfg.warmup_steps if cfg.retriever_warmup_steps is None else cfg.retriever_warmup_steps
     schedules = [
-        _schedule(cfg, retriever_warmup if group["retriever"] else cfg.warmup_steps, max_steps)
+        _schedule(cfg, retriever_warmup, max_steps, cfg.retriever_delay_steps)
+        if group["retriever"]
+        else _schedule(cfg, cfg.warmup_steps, max_steps)
         for group in param_groups
     ]
     return optimizer, LambdaLR(optimizer, schedules)
 
 
-def _schedule(cfg: OptimConfig, warmup_steps: int, max_steps: int) -> Callable[[int], float]:
-    """One group's LR factor of a step: ``linear`` is a ``wsd`` whose decay starts when the warm-up ends (the factor
-    of transformers' ``get_linear_schedule_with_warmup``).
+def _schedule(cfg: OptimConfig, warmup_steps: int, max_steps: int, start: int = 0) -> Callable[[int], float]:
+    """One group's LR factor of a step: 0 before ``start``, then ``linear``, a ``wsd`` whose decay starts when the
+    warm-up ends (the factor of transformers' ``get_linear_schedule_with_warmup``), or ``wsd``.
 
     A ``partial``, as transformers' factors are: ``LambdaLR`` saves a factor object's ``__dict__`` and restores it on
     load, which for a partial is empty. So the schedule is always the one the config builds and a checkpoint restores
     only the step count: a run resumed with more ``max_steps`` extends its decay instead of holding the rate at 0."""
-    warmup = min(warmup_steps, max_steps)
-    decay_start = max_steps - cfg.decay_steps if cfg.schedule == "wsd" else warmup
-    return functools.partial(warmup_stable_decay, warmup, max(decay_start, warmup), max(max_steps, 1))
+    start = min(start, max_steps)
+    warmup = min(warmup_steps, max_steps - start)
+    decay_start = max_steps - cfg.decay_steps if cfg.schedule == "wsd" else start + warmup
+    return functools.partial(
+        warmup_stable_decay, warmup, max(decay_start, start + warmup), max(max_steps, 1), start=start
+    )
 
 
 def retriever_lr(optimizer: torch.optim.Optimizer) -> float | None:
@@ -139,11 +150,13 @@ def retriever_lr(optimizer: torch.optim.Optimizer) -> float | None:
     return next((group["lr"] for group in optimizer.param_groups if group.get("retriever")), None)
 
 
-def warmup_stable_decay(warmup: int, decay_start: int, max_steps: int, step: int) -> float:
-    """LR factor of ``step``: linear warm-up to 1 over ``warmup`` steps, 1 until ``decay_start``, then linear to 0 at
-    ``max_steps``."""
-    if step < warmup:
-        return step / warmup
+def warmup_stable_decay(warmup: int, decay_start: int, max_steps: int, step: int, *, start: int = 0) -> float:
+    """LR factor of ``step``: 0 before ``start``, then linear warm-up to 1 over ``warmup`` steps, 1 until
+    ``decay_start``, then linear to 0 at ``max_steps``."""
+    if step < start:
+        return 0.0
+    if step < start + warmup:
+        return (step - start) / warmup
     if step < decay_start:
         return 1.0
     return max(0.0, (max_steps - step) / max(1, max_steps - decay_start))

@@ -5,12 +5,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from types import SimpleNamespace
 
 import pytest
 
+import pipeline.demo
 from tests.helpers import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: evidence.py imports its sibling ``offline`` first, as a script does
+sys.path.insert(0, str(ROOT / "bench"))  # note: evidence.py imports its sibling ``harness`` first, as a script does
 _SPEC = importlib.util.spec_from_file_location("evidence", ROOT / "bench" / "evidence.py")
 evidence = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(evidence)
@@ -51,9 +53,13 @@ def test_ict_steps_reach_the_shared_start(monkeypatch, tmp_path):
 
     def fake_warm_start(cfg, out, seed, data, model):
         seen["ict_steps"] = cfg.ict_steps
+        return SimpleNamespace(encoder=out / "warmup" / "encoder", retriever=out / "ict" / "retriever", seconds={})
 
-    monkeypatch.setattr(evidence, "make_world_data", lambda *a: {"tokenizer": tmp_path / "tok", "blocks": tmp_path / "b"})
-    monkeypatch.setattr(evidence, "warm_start", fake_warm_start)
+    files = {name: tmp_path / f"{name}.jsonl" for name in ("pretrain", "heldout")}
+    # note: the shared start is the demo's own (pipeline.demo), only its stages stubbed
+    monkeypatch.setattr(pipeline.demo, "make_world_data",
+                        lambda *a: {**files, "tokenizer": tmp_path / "tok", "blocks": tmp_path / "b"})  # fmt: skip
+    monkeypatch.setattr(pipeline.demo, "warm_start", fake_warm_start)
     paths = evidence.prepare(tmp_path, seed=0, entities=8, ict_steps=40)
     assert seen["ict_steps"] == 40 and paths["retriever"] == tmp_path / "ict" / "retriever"
     evidence.prepare(tmp_path, seed=0, entities=8)

@@ -9,7 +9,7 @@ import sys
 from realm.data.world import WorldConfig, generate_world, write_world
 from tests.helpers import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its siblings ``offline`` and ``evidence``
+sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its siblings ``harness`` and ``evidence``
 _SPEC = importlib.util.spec_from_file_location("memorisation", ROOT / "bench" / "memorisation.py")
 memorisation = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(memorisation)

@@ -7,7 +7,7 @@ import sys
 
 from tests.helpers import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its sibling ``offline`` first, as a script does
+sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its sibling ``harness`` first, as a script does
 _SPEC = importlib.util.spec_from_file_location("recall_by_relation", ROOT / "bench" / "recall_by_relation.py")
 recall_by_relation = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(recall_by_relation)

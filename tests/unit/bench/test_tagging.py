@@ -7,7 +7,7 @@ import sys
 
 from tests.helpers import ROOT
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its sibling ``offline`` first, as a script does
+sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its sibling ``harness`` first, as a script does
 _SPEC = importlib.util.spec_from_file_location("bench_tagging", ROOT / "bench" / "tagging.py")
 tagging = importlib.util.module_from_spec(_SPEC)
 _SPEC.loader.exec_module(tagging)

@@ -11,6 +11,7 @@ from realm.core.errors import (
     DataFileError,
     InputError,
     MissingFileError,
+    MissingPackageError,
     RunError,
     UserError,
     run_command,
@@ -25,7 +26,7 @@ from warmstart.ict import ICTConfig
 @pytest.mark.parametrize(
     "cls",
     [ConfigError, DataFileError, MissingFileError, InputError, ArgumentError, RunError, IndexVersionError, CorpusError,
-     BlocksTokenizerError],
+     BlocksTokenizerError, MissingPackageError],
 )  # fmt: skip
 def test_every_user_error_is_reported_in_one_line_with_exit_2(cls, capsys):
     def entry(argv):

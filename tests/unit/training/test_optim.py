@@ -124,6 +124,24 @@ def test_the_retriever_warms_up_on_its_own_schedule(schedule):
     assert all(a >= b for a, b in zip(retriever[5:], retriever[6:]))
 
 
+@pytest.mark.parametrize("schedule", ["linear", "wsd"])
+def test_a_delayed_retriever_is_still_until_its_start_then_warms_up(schedule):
+    """optim.retriever_delay_steps: the embedders' rate is 0 for the first steps, then rises over
+    retriever_warmup_steps and decays to 0 at the last step as before; the encoder's schedule is untouched."""
+    model = _realm(32)
+    common = dict(lr=1e-3, warmup_steps=2, retriever_lr_scale=0.5, schedule=schedule, decay_steps=3)
+    plain = _factors(*reversed(build_optimizer(model, OptimConfig(**common), 12)), 12)
+    optimizer, scheduler = build_optimizer(model, OptimConfig(**common, retriever_warmup_steps=4,
+                                                              retriever_delay_steps=3), 12)  # fmt: skip
+    seen = _factors(scheduler, optimizer, 12)
+    assert [e for e, _ in seen] == pytest.approx([e for e, _ in plain])
+    retriever = [r for _, r in seen]
+    assert retriever[:4] == [0.0] * 4  # still through step 3
+    assert retriever[3:8] == pytest.approx([0.5e-3 * s / 4 for s in range(5)])  # then 4 steps to its peak
+    assert retriever[9 if schedule == "wsd" else 7] == pytest.approx(0.5e-3) and retriever[12] == 0.0
+    assert all(a >= b for a, b in zip(retriever[7:], retriever[8:]))
+
+
 def test_the_linear_schedule_is_transformers_linear_warmup_decay():
     from transformers import get_linear_schedule_with_warmup
 
@@ -177,6 +195,8 @@ def test_a_checkpoint_written_with_schedule_parameters_still_loads():
     assert resumed.last_epoch == 5 and resumed.lr_lambdas[0](5) == pytest.approx((10 - 5) / (10 - 2))
 
 
-def test_a_negative_retriever_warmup_is_refused():
+def test_a_negative_retriever_warmup_or_delay_is_refused():
     with pytest.raises(ValueError, match="retriever_warmup_steps"):
         OptimConfig(retriever_warmup_steps=-1)
+    with pytest.raises(ValueError, match="retriever_delay_steps"):
+        OptimConfig(retriever_delay_steps=-1)

@@ -1,0 +1,155 @@
+"""The demo's pipeline on the synthetic world embedded in the code, on CPU, with no downloads.
+
+world -> WordPiece vocabulary -> blocks -> reader warm-up of the from-scratch encoder (``realm warmup``: what BERT's
+own pre-training gives REALM) -> ICT warm start of the retriever -> pre-training (trainer + live index builder as a
+child process) -> held-out evaluation with retrieval and closed book -> open-domain QA fine-tuning on questions about
+training entities, evaluated on questions about held-out ones. Writes ``OUT/summary.json``. ``realm demo`` builds a
+``DemoConfig`` from its flags and calls ``run_demo``; ``bench/evidence.py`` starts every row where the demo starts
+(``make_data`` and ``warm_start_demo``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from finetune.train import FinetuneConfig
+from pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
+from pipeline.synthetic import make_world_data
+from pipeline.warm_start import WarmStart, WarmStartConfig, encoder_shape, warm_start
+from realm.core.atomic import write_text_atomic
+from realm.core.config import load_config
+from realm.models.bert import ModelConfig
+from realm.pretrain.config import PretrainConfig
+from realm.run.layout import SUMMARY_FILE
+
+DEFINITIONS = {
+    "heldout_accuracy_*": "share of held-out sentences whose masked fact span is predicted exactly "
+    "(every wordpiece), argmax of the marginal p(y|x) or of p(y|null, x)",
+    "gold_recall_at_k": "share of held-out sentences whose entity's article is among the k retrieved blocks",
+    "qa_exact_match_*": "exact match on questions about held-out entities, before / after fine-tuning the "
+    "pre-trained model on questions about training entities (realm finetune)",
+}
+"""What the summary's figures mean, written into it."""
+
+
+@dataclass(kw_only=True, slots=True)
+class DemoConfig:
+    """The whole demo: the world, its vocabulary, each stage's recipe and length (``realm demo``'s flags)."""
+
+    out: str = "runs/demo"
+    """The run directory."""
+    seed: int = 0
+    num_entities: int = 2000
+    """Entities in the generated world."""
+    vocab_size: int = 12000
+    """WordPiece entries (the default is large enough for every generated name to be one)."""
+    warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
+    """The reader warm-up and ICT recipes (``configs/{warmup,ict}/demo.yaml``) and their step overrides."""
+    pretrain_config: str = "configs/pretrain/demo.yaml"
+    pretrain_steps: int | None = None
+    """None (or 0): the config's."""
+    pretrain_overrides: list[str] = field(default_factory=list)
+    """Dotted overrides of the pre-training config (``--section.key=value``), after the demo's own."""
+    finetune_config: str = "configs/finetune/demo.yaml"
+    qa_steps: int | None = None
+    """QA fine-tuning steps (None: the config's; 0 skips QA)."""
+    max_dev_questions: int = 500
+    """Evaluate QA on the first N held-out questions (0: all)."""
+    num_threads: int = 0
+    """Threads of QA fine-tuning (0: torch's default); ``realm demo`` also sets its own process's."""
+
+
+def make_data(cfg: DemoConfig) -> dict[str, Path]:
+    """The world, its vocabulary and its blocks under ``OUT`` (``pipeline.synthetic.make_world_data``), the blocks
+    cut for the pre-training retriever, the one that embeds them for the index."""
+    shape = load_config(PretrainConfig, cfg.pretrain_config, cfg.pretrain_overrides).retriever
+    return make_world_data(Path(cfg.out), cfg.seed, cfg.num_entities, cfg.vocab_size, shape.max_block_length)
+
+
+def pretrain_config(cfg: DemoConfig, paths: dict[str, Path]) -> PretrainConfig:
+    """The pre-training config: the YAML, this run's paths and warm starts, the step override, then
+    ``pretrain_overrides``."""
+    run = Path(cfg.out)
+    warmed = [f"--train.init_encoder={run / 'warmup' / 'encoder'}"] if cfg.warm_start.warmup_steps != 0 else []
+    return load_config(
+        PretrainConfig,
+        cfg.pretrain_config,
+        [
+            f"--train.run_dir={run}",
+            f"--train.seed={cfg.seed}",
+            f"--train.init_retriever={run / 'ict' / 'retriever'}",
+            *warmed,
+            f"--data.tokenizer={paths['tokenizer']}",
+            f"--data.blocks={paths['blocks']}",
+            f"--data.sentences={paths['pretrain']}",
+            f"--data.heldout={paths['heldout']}",
+            *([f"--train.max_steps={cfg.pretrain_steps}"] if cfg.pretrain_steps else []),
+            *cfg.pretrain_overrides,
+        ],
+    )
+
+
+def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig) -> WarmStart:
+    """The reader warm-up and ICT on the demo's data, in the shape of the pre-training encoder ``model``."""
+    data = {"tokenizer": str(paths["tokenizer"]), "blocks": str(paths["blocks"])}
+    return warm_start(cfg.warm_start, Path(cfg.out), cfg.seed, data, encoder_shape(model))
+
+
+def finetune_config(cfg: DemoConfig, paths: dict[str, Path]) -> FinetuneConfig:
+    """QA fine-tuning of the pre-trained run on questions about training entities, evaluated on held-out ones."""
+    run = Path(cfg.out)
+    overrides = {
+        "train": {"run_dir": str(run / "qa"), "seed": cfg.seed, "num_threads": cfg.num_threads,
+                  **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})},
+        "task": {"train": str(paths["questions_train"]), "dev": str(paths["questions_heldout"]),
+                 "max_dev_questions": cfg.max_dev_questions},
+        "init": {"run": str(run)},
+    }  # fmt: skip
+    return load_config(FinetuneConfig, cfg.finetune_config, overrides)
+
+
+def run_demo(cfg: DemoConfig) -> dict[str, Any]:
+    """Runs every stage and returns (and writes to ``OUT/summary.json``) the figures and the seconds of each."""
+    t_start = time.perf_counter()
+    run = Path(cfg.out)
+    run.mkdir(parents=True, exist_ok=True)
+    stages: dict[str, float] = {}
+
+    t = time.perf_counter()
+    paths = make_data(cfg)
+    stages["data_s"] = time.perf_counter() - t
+    pretrain = pretrain_config(cfg, paths)
+    stages |= warm_start_demo(cfg, paths, pretrain.model).seconds
+
+    pretrained = pretrain_and_evaluate(pretrain)
+    stages |= pretrained.seconds
+    start, end, train = pretrained.start, pretrained.end, pretrained.train
+
+    t = time.perf_counter()
+    qa = finetune_and_evaluate(finetune_config(cfg, paths)) if cfg.qa_steps != 0 else None
+    stages["qa_s"] = time.perf_counter() - t
+    summary = {
+        "heldout_accuracy_retrieval": end.span_accuracy,
+        "heldout_accuracy_closed_book": end.closed_book_span_accuracy,
+        "heldout_token_accuracy_retrieval": end.token_accuracy,
+        "heldout_token_accuracy_closed_book": end.closed_book_token_accuracy,
+        "gold_recall_at_k_start": start.gold_recall_at_k,
+        "gold_recall_at_k_end": end.gold_recall_at_k,
+        "gold_recall_at_1_start": start.gold_recall_at_1,
+        "gold_recall_at_1_end": end.gold_recall_at_1,
+        "k": end.k,
+        "num_heldout_examples": end.num_examples,
+        "num_index_refreshes": train["num_index_refreshes"],
+        "trainer_wait_fraction": train["trainer_wait_fraction"],
+        "pretrain_steps": train["step"],
+        **(qa or {}),
+        "wall_seconds": time.perf_counter() - t_start,
+        "stage_seconds": stages,
+        "definitions": DEFINITIONS,
+    }
+    write_text_atomic(run / SUMMARY_FILE, json.dumps(summary, indent=2))
+    return summary
