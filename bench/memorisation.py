@@ -27,6 +27,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 from harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import torch  # noqa: E402
@@ -37,6 +38,7 @@ from realm.data.blocks import BlockStore, load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
+from realm.models.bert import ModelConfig  # noqa: E402
 from realm.models.encoder import KnowledgeAugmentedEncoder  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
@@ -96,39 +98,43 @@ class Probe:
         return figures
 
 
-def memoriser_config(run: Path, paths: dict[str, Path], data: dict[str, Path], seed: int, max_steps: int,
-                     stop_at: int, chunk: int) -> WarmupConfig:  # fmt: skip
-    shape = load_config(PretrainConfig, PRETRAIN_CONFIG).model
+def memoriser_config(run: Path, *, recipe: Path, shape: ModelConfig, tokenizer: str, blocks: str, sentences: str,
+                     init_from: str, seed: int, max_steps: int, stop_at: int, chunk: int) -> WarmupConfig:  # fmt: skip
+    """A closed-book reader warm-up (``recipe``'s optimiser) of an encoder of ``shape`` from ``init_from`` on the
+    gold spans of ``sentences``, stopping at ``stop_at`` of a ``max_steps`` schedule."""
     overrides = {
         "train": {"run_dir": str(run), "seed": seed, "max_steps": max_steps, "stop_at_step": stop_at,
                   "save_interval": chunk, "keep_checkpoints": 1},
-        "data": {"tokenizer": str(paths["tokenizer"]), "blocks": str(paths["blocks"])},
-        "task": {"closed_book": True, "sentences": str(data["train"])},
-        "model": {"init_from": str(paths["encoder"]), "hidden_size": shape.hidden_size, "num_layers": shape.num_layers,
+        "data": {"tokenizer": tokenizer, "blocks": blocks},
+        "task": {"closed_book": True, "sentences": sentences},
+        "model": {"init_from": init_from, "hidden_size": shape.hidden_size, "num_layers": shape.num_layers,
                   "num_heads": shape.num_heads, "intermediate_size": shape.intermediate_size},
     }  # fmt: skip
-    return load_config(WarmupConfig, WARMUP_CONFIG, overrides)
+    return load_config(WarmupConfig, recipe, overrides)
 
 
-def checkpoint_encoder(run: Path, step: int, init_from: Path) -> KnowledgeAugmentedEncoder:
+def checkpoint_encoder(run: Path, step: int, init_from: str | Path) -> KnowledgeAugmentedEncoder:
     """The memoriser's encoder in its checkpoint of ``step`` (the run stops at each chunk; nothing is published)."""
     encoder = KnowledgeAugmentedEncoder.from_pretrained(str(init_from))  # the shape; every weight is overwritten
     weights = checkpoints_dir(run) / folder_name(CHECKPOINT_PREFIX, step) / MODEL_FILE
     return load_weights(encoder, weights).eval()
 
 
-def memorise(args, paths: dict[str, Path], data: dict[str, Path], probe: Probe) -> list[dict]:
-    """Trains the memoriser chunk by chunk until the target; returns one record per chunk (step, cumulative training
-    seconds, the probe's figures)."""
-    run, curve, seconds = Path(args.out) / "memoriser", [], 0.0
-    for stop in range(args.chunk, args.max_steps + 1, args.chunk):
+def memorise(run: Path, config_at: Callable[[int], WarmupConfig], probe: Callable[[KnowledgeAugmentedEncoder], dict],
+             init_from: str | Path, *, chunk: int, max_steps: int, target: float, target_key: str,
+             min_seconds: float = 0.0) -> list[dict]:  # fmt: skip
+    """Trains the memoriser (``config_at(stop)``: its config stopping at ``stop``) chunk by chunk until the probe's
+    ``target_key`` reaches ``target`` and it has trained ``min_seconds``, or ``max_steps``; returns one record per
+    chunk (step, cumulative training seconds, the probe's figures)."""
+    curve, seconds = [], 0.0
+    for stop in range(chunk, max_steps + 1, chunk):
         t0 = time.perf_counter()
-        train_warmup(memoriser_config(run, paths, data, args.seed, args.max_steps, stop, args.chunk))
+        train_warmup(config_at(stop))
         seconds += time.perf_counter() - t0
-        figures = probe(checkpoint_encoder(run, stop, paths["encoder"]))
+        figures = probe(checkpoint_encoder(run, stop, init_from))
         curve.append({"step": stop, "train_s": seconds, **figures})
         print(json.dumps({"memoriser": curve[-1]}), flush=True)
-        if figures["z_heldout_closed_book"] >= args.target:
+        if figures[target_key] >= target and seconds >= min_seconds:
             break
     return curve
 
@@ -169,7 +175,17 @@ def main(argv: list[str] | None = None) -> int:
     probe = Probe(paths, data, out / "cache")
     ict = ict_embeddings(paths, [])
     table = {"start": {"steps": 0, **probe(KnowledgeAugmentedEncoder.from_pretrained(str(paths["encoder"])))}}
-    curve = memorise(args, paths, data, probe)
+    run, shape = out / "memoriser", load_config(PretrainConfig, PRETRAIN_CONFIG).model
+
+    def config_at(stop: int) -> WarmupConfig:
+        return memoriser_config(
+            run, recipe=WARMUP_CONFIG, shape=shape, tokenizer=str(paths["tokenizer"]), blocks=str(paths["blocks"]),
+            sentences=str(data["train"]), init_from=str(paths["encoder"]), seed=args.seed, max_steps=args.max_steps,
+            stop_at=stop, chunk=args.chunk,
+        )  # fmt: skip
+
+    curve = memorise(run, config_at, probe, paths["encoder"], chunk=args.chunk, max_steps=args.max_steps,
+                     target=args.target, target_key="z_heldout_closed_book")  # fmt: skip
     table |= {f"memoriser@{r['step']}": r for r in curve}
     reached = curve[-1]
     table["realm"] = realm_row(args, "realm", paths, args.realm_steps, ict, probe)
@@ -198,23 +214,31 @@ COLUMNS = (
 
 
 def format_table(table: dict, target: float) -> str:
+    return "\n".join([*table_lines(table, COLUMNS), verdict(table, "z_heldout_closed_book", "Z sentences", target)])
+
+
+def table_lines(table: dict, columns: tuple[tuple[str, str], ...]) -> list[str]:
+    """A markdown table of the rows (steps, training seconds where a row has them, then ``columns``)."""
     lines = [
-        "| row | steps | train s | " + " | ".join(title for _, title in COLUMNS) + " |",
-        "|---|---|---|" + "---|" * len(COLUMNS),
+        "| row | steps | train s | " + " | ".join(title for _, title in columns) + " |",
+        "|---|---|---|" + "---|" * len(columns),
     ]
     for name, row in table.items():
-        seconds = row.get("train_s", row.get("wall_s", 0.0))
-        cells = [f"{row[key]:.3f}" if key in row else "" for key, _ in COLUMNS]
-        lines.append(f"| {name} | {row['steps'] if 'steps' in row else row['step']} | {seconds:.0f} | "
-                     + " | ".join(cells) + " |")  # fmt: skip
+        steps = row.get("steps", row.get("step", ""))
+        seconds = row.get("train_s", row.get("wall_s"))
+        cells = [f"{row[key]:.3f}" if key in row else "" for key, _ in columns]
+        seconds = "" if seconds is None else f"{seconds:.0f}"
+        lines.append(f"| {name} | {steps} | {seconds} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def verdict(table: dict, key: str, what: str, target: float) -> str:
+    """Where the ``memoriser@N`` rows first reach ``target`` on ``key``, or how far the last one got."""
     memorised = [r for n, r in table.items() if n.startswith("memoriser@")]
-    hit = next((r for r in memorised if r["z_heldout_closed_book"] >= target), None)
-    lines.append(
-        f"memoriser: Z sentences {target:.2f} reached at step {hit['step']} ({hit['train_s']:.0f} s)" if hit
-        else f"memoriser: Z sentences {target:.2f} not reached ({memorised[-1]['z_heldout_closed_book']:.3f} at the "
-        "last chunk)"
-    )  # fmt: skip
-    return "\n".join(lines)
+    hit = next((r for r in memorised if r[key] >= target), None)
+    if hit:
+        return f"memoriser: {what} {target:.2f} reached at step {hit['step']} ({hit['train_s']:.0f} s)"
+    return f"memoriser: {what} {target:.2f} not reached ({memorised[-1][key]:.3f} at the last chunk)"
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ import logging
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Collection, Iterable, Iterator
 
 import datasets
 
@@ -116,3 +116,18 @@ def write_cloze_sets(
     if not heldout and heldout_docs:
         raise ValueError(f"the {len(heldout_docs)} held-out documents gave no sentence with a salient span")
     return sets
+
+
+def every_span_sentences(blocks: datasets.Dataset, titles: Collection[str], tagger: SpanTagger) -> list[dict]:
+    """Every salient span of every sentence of the blocks titled one of ``titles``, a held-out-format row each
+    (``{"text", "source_uid", "answer_start", "answer_end", "title", "label"}``): what a model must reproduce to have
+    memorised those articles (a sentence with three spans gives three rows, each masking one)."""
+    chosen = [(block, s) for block, s in _sentences(blocks) if block["title"] in titles and len(s.split()) >= MIN_WORDS]
+    rows = []
+    for (block, sentence), spans in zip(chosen, tagger.tag([s for _, s in chosen]) if chosen else []):
+        rows.extend(
+            {"text": sentence, "source_uid": block["uid"], "answer_start": start, "answer_end": end,
+             "title": block["title"], "label": label}
+            for start, end, label in spans
+        )  # fmt: skip
+    return rows

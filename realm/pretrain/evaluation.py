@@ -75,13 +75,80 @@ def gold_block_ids(store: BlockStore, titles: Sequence[str]) -> list[set[int]]:
     return [by_title.get(t, set()) for t in titles]
 
 
-def _correct(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> tuple[int, int]:
-    """(whole spans right, wordpieces right) for [B, M] predictions."""
-    span = ((pred == target) | ~mask).all(dim=1).sum().item()
-    return span, ((pred == target) & mask).sum().item()
+def _correct(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(per-row whole span right [B], wordpieces right) for [B, M] predictions."""
+    return ((pred == target) | ~mask).all(dim=1), ((pred == target) & mask).sum().item()
+
+
+@dataclass
+class HeldoutOutcomes:
+    """What the model predicted for each held-out row, in row order."""
+
+    span_correct: np.ndarray
+    """[N] bool: every masked wordpiece predicted exactly, reading the retrieved blocks."""
+    closed_book_span_correct: np.ndarray
+    """[N] bool: the same from the null document alone."""
+    retrieved: np.ndarray
+    """[N, k] the retrieved block ids (the null document left out)."""
+    tokens_correct: int
+    closed_book_tokens_correct: int
+    num_tokens: int
 
 
 @torch.inference_mode()
+def heldout_outcomes(
+    model: RealmModel,
+    rows: datasets.Dataset,
+    store: BlockStore,
+    special: SpecialIds,
+    cfg: RetrieverConfig,
+    *,
+    index: DocumentIndex | None = None,
+    batch_size: int = 32,
+    query_vectors: Callable[[RealmBatch], torch.Tensor] | None = None,
+) -> HeldoutOutcomes:
+    """Runs ``model`` on held-out rows (prepared sentences with ``gold_span``) and keeps each row's outcome.
+
+    Without ``index`` the corpus is embedded with the model's current document embedder and searched exactly, so
+    the figures measure the model itself rather than a stale index. ``query_vectors`` searches ``index`` with other
+    vectors than the model's query embeddings (e.g. ``BM25Index``'s of each masked query): another retriever's
+    top-k, read by this model (which still weighs the candidates by its own p(z|x)).
+    """
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    if index is None:
+        index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, special, cfg.max_block_length))
+    span, closed_book, retrieved = [], [], []
+    tok_ok = cb_tok_ok = num_tokens = 0
+    bar = progress(len(rows), "evaluating", unit="query")
+    for batch in heldout_batches(rows, special, cfg.max_query_length, batch_size):
+        bar.update(batch.size)
+        batch = batch.to(device)
+        queries = query_vectors(batch) if query_vectors is not None else model.embed_queries(batch)
+        batch = retrieve(queries, batch, index, store, special, cfg).to(device)
+        out = model(batch)
+        mask = batch.target_mask.bool()
+        span_ok, tok = _correct(out.predictions, batch.target_ids, mask)
+        cb_span_ok, cb_tok = _correct(out.closed_book_predictions, batch.target_ids, mask)
+        # note: heldout_batches keeps file order, so row i of the outcomes is row i of ``rows``
+        span.append(span_ok.cpu().numpy())
+        closed_book.append(cb_span_ok.cpu().numpy())
+        retrieved.append(batch.candidates.block_ids[:, 1:].cpu().numpy())
+        tok_ok, cb_tok_ok, num_tokens = tok_ok + tok, cb_tok_ok + cb_tok, num_tokens + mask.sum().item()
+    bar.close()
+    model.train(was_training)
+    k = cfg.num_retrieved
+    return HeldoutOutcomes(
+        span_correct=np.concatenate(span) if span else np.zeros(0, dtype=bool),
+        closed_book_span_correct=np.concatenate(closed_book) if closed_book else np.zeros(0, dtype=bool),
+        retrieved=np.concatenate(retrieved) if retrieved else np.zeros((0, k), dtype=np.int64),
+        tokens_correct=tok_ok,
+        closed_book_tokens_correct=cb_tok_ok,
+        num_tokens=num_tokens,
+    )
+
+
 def evaluate_heldout(
     model: RealmModel,
     rows: datasets.Dataset,
@@ -95,52 +162,30 @@ def evaluate_heldout(
     gold_titles: Sequence[str] | None = None,
     query_vectors: Callable[[RealmBatch], torch.Tensor] | None = None,
 ) -> HeldoutMetrics:
-    """Evaluates ``model`` on held-out rows (prepared sentences with ``gold_span``).
-
-    Without ``index`` the corpus is embedded with the model's current document embedder and searched exactly, so
-    the figures measure the model itself rather than a stale index. ``query_vectors`` searches ``index`` with other
-    vectors than the model's query embeddings (e.g. ``BM25Index``'s of each masked query): another retriever's
-    top-k, read by this model (which still weighs the candidates by its own p(z|x)).
-    """
-    was_training = model.training
-    model.eval()
-    device = next(model.parameters()).device
-    if index is None:
-        index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, special, cfg.max_block_length))
+    """Evaluates ``model`` on held-out rows (``heldout_outcomes``, which says what ``index`` and ``query_vectors``
+    do), on the first ``max_examples``; with ``gold_titles`` also the share of rows whose gold article is retrieved
+    first and among the top k."""
     if max_examples is not None:
         rows = rows.select(range(min(max_examples, len(rows))))
         gold_titles = list(gold_titles)[: len(rows)] if gold_titles is not None else None
-    gold = gold_block_ids(store, gold_titles) if gold_titles is not None else None
-    span_ok = tok_ok = cb_span_ok = cb_tok_ok = num_tokens = num = hit1 = hitk = 0
-    bar = progress(len(rows), "evaluating", unit="query")
-    for batch in heldout_batches(rows, special, cfg.max_query_length, batch_size):
-        bar.update(batch.size)
-        batch = batch.to(device)
-        queries = query_vectors(batch) if query_vectors is not None else model.embed_queries(batch)
-        batch = retrieve(queries, batch, index, store, special, cfg).to(device)
-        out = model(batch)
-        mask = batch.target_mask.bool()
-        span, tok = _correct(out.predictions, batch.target_ids, mask)
-        cb_span, cb_tok = _correct(out.closed_book_predictions, batch.target_ids, mask)
-        span_ok, tok_ok, cb_span_ok, cb_tok_ok = span_ok + span, tok_ok + tok, cb_span_ok + cb_span, cb_tok_ok + cb_tok
-        num_tokens += mask.sum().item()
-        if gold is not None:
-            retrieved = batch.candidates.block_ids[:, 1:].cpu().numpy()
-            for row, ex_id in zip(retrieved, batch.example_ids.tolist()):
-                hit1 += int(row[0] in gold[ex_id])
-                hitk += int(any(b in gold[ex_id] for b in row))
-        num += batch.size
-    bar.close()
-    model.train(was_training)
-    num_tokens = max(num_tokens, 1)
+    out = heldout_outcomes(
+        model, rows, store, special, cfg, index=index, batch_size=batch_size, query_vectors=query_vectors
+    )
+    num = len(out.span_correct)
+    hit1 = hitk = 0
+    if gold_titles is not None:
+        for row, gold in zip(out.retrieved, gold_block_ids(store, gold_titles)):
+            hit1 += int(row[0] in gold)
+            hitk += int(any(b in gold for b in row))
+    num_tokens = max(out.num_tokens, 1)
     return HeldoutMetrics(
         num_examples=num,
-        span_accuracy=span_ok / max(num, 1),
-        token_accuracy=tok_ok / num_tokens,
-        closed_book_span_accuracy=cb_span_ok / max(num, 1),
-        closed_book_token_accuracy=cb_tok_ok / num_tokens,
-        gold_recall_at_1=hit1 / max(num, 1) if gold is not None else None,
-        gold_recall_at_k=hitk / max(num, 1) if gold is not None else None,
+        span_accuracy=out.span_correct.sum().item() / max(num, 1),
+        token_accuracy=out.tokens_correct / num_tokens,
+        closed_book_span_accuracy=out.closed_book_span_correct.sum().item() / max(num, 1),
+        closed_book_token_accuracy=out.closed_book_tokens_correct / num_tokens,
+        gold_recall_at_1=hit1 / max(num, 1) if gold_titles is not None else None,
+        gold_recall_at_k=hitk / max(num, 1) if gold_titles is not None else None,
         k=cfg.num_retrieved,
     )
 

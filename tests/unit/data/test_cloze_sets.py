@@ -8,7 +8,7 @@ import json
 import datasets
 import pytest
 
-from realm.data.cloze_sets import MIN_WORDS, choose_heldout_docs, write_cloze_sets
+from realm.data.cloze_sets import MIN_WORDS, choose_heldout_docs, every_span_sentences, write_cloze_sets
 from realm.data.tagging import RuleTagger
 
 BLOCKS = datasets.Dataset.from_dict({
@@ -67,3 +67,24 @@ def test_held_out_sentences_without_a_span_are_counted_and_a_set_with_none_is_re
         write_cloze_sets(BLOCKS, tmp_path, {"oslo"}, NoSpans(), seed=0)
     sets = write_cloze_sets(BLOCKS, tmp_path, {"ada", "oslo"}, RuleTagger(), seed=0, max_heldout=2)
     assert sets.num_heldout + sets.num_heldout_without_span == 2
+
+
+class _NamesTagger:
+    """Tags every capitalised word after the first, as (start, end, "NAME")."""
+
+    def tag(self, texts):
+        import re
+
+        return [[(m.start(), m.end(), "NAME") for m in re.finditer(r"(?<=\s)[A-Z]\w+", t)] for t in texts]
+
+
+def test_every_span_of_every_sentence_of_the_chosen_articles_is_a_row():
+    rows = every_span_sentences(BLOCKS, {"Ada Lovelace", "Oslo"}, _NamesTagger())
+    asked = [(r["title"], r["text"][r["answer_start"] : r["answer_end"]], r["source_uid"]) for r in rows]
+    assert asked == [
+        ("Ada Lovelace", "Lovelace", "u0"), ("Ada Lovelace", "London", "u0"),
+        ("Ada Lovelace", "Babbage", "u1"), ("Ada Lovelace", "Analytical", "u1"), ("Ada Lovelace", "Engine", "u1"),
+        ("Oslo", "Norway", "u3"),
+    ]  # fmt: skip
+    # "She wrote notes." is under MIN_WORDS words; Rome is not asked for
+    assert MIN_WORDS == 4 and all(r["title"] != "Rome" for r in rows)

@@ -13,7 +13,7 @@ import torch
 from realm.data.blocks import BLOCK_FEATURES, BlockStore
 from realm.data.packing import SpecialIds
 from realm.models.retriever import RetrieverConfig
-from realm.pretrain.evaluation import evaluate_heldout
+from realm.pretrain.evaluation import evaluate_heldout, heldout_outcomes
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 TITLES = ["A", "A", "B", "B", "C", "D"]
@@ -116,3 +116,15 @@ def test_another_retrievers_vectors_choose_the_blocks_the_model_reads():
     # replace it; 3 -> 0 (A, gold D); 4 -> 0 (A, gold A)
     assert [row[1] for row in model.slots_seen] == [1, 5, -1, 0, 0]
     assert metrics.gold_recall_at_k == pytest.approx(2 / 5)
+
+
+def test_each_rows_outcome_is_kept_in_row_order():
+    """``heldout_outcomes`` keeps what ``evaluate_heldout`` sums: row i's span outcome, closed-book outcome and
+    retrieved blocks, across batches."""
+    model = StandIn(wrong={1, 3}, right_closed_book={0, 4})
+    cfg = RetrieverConfig(num_candidates=3, num_extra_retrieved=1)
+    out = heldout_outcomes(model, _rows(), _store(), SPECIAL, cfg, index=RankingIndex(), batch_size=2)
+    assert out.span_correct.tolist() == [True, False, True, False, True]
+    assert out.closed_book_span_correct.tolist() == [True, False, False, False, True]
+    assert out.retrieved.tolist() == [[0, 2], [0, 2], [0, 2], [5, 0], [1, 2]]  # row 2 without its own block 4
+    assert (out.tokens_correct, out.closed_book_tokens_correct, out.num_tokens) == (8, 4, 10)
