@@ -187,15 +187,17 @@ def prepare_sentences(
         new_fingerprint=fingerprint,
         desc="Preparing sentences",
     )
+    if tagger is None:
+        # note: without a tagger every row lacks salient spans by design (gold-span files: held-out sets, QA), so
+        # this is no warning
+        logger.info("prepared %d sentences without a tagger (salient spans left empty; gold spans kept)", len(prepared))
+        return prepared
     num_without = num_without_salient_spans(prepared)
     log = logger.warning if num_without else logger.info
     log(
         "prepared %d sentences; %d have no salient span (kept: salient-span masking refuses them, random-token "
-        "masking reads them)%s",
-        len(prepared),
-        num_without,
-        "" if tagger is not None else " because no tagger was given",
-    )
+        "masking reads them)", len(prepared), num_without,
+    )  # fmt: skip
     return prepared
 
 

@@ -163,3 +163,11 @@ def test_load_jsonl_dataset_reads_records_and_names_bad_lines(tmp_path):
         load_jsonl_dataset(bad)
     with pytest.raises(FileNotFoundError, match="absent.jsonl"):
         load_jsonl_dataset(tmp_path / "absent.jsonl")
+
+
+def test_no_tagger_is_no_warning(tokenizer, caplog):
+    """Gold-span files are prepared without a tagger: their empty salient spans are by design, not a problem."""
+    with caplog.at_level(logging.INFO, logger="realm.data.sentences"):
+        prepare_sentences(records([{"text": t} for t in TEXTS]), tokenizer, None, 64)
+    assert "without a tagger" in caplog.text
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
