@@ -44,7 +44,13 @@ from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.encoder import KnowledgeAugmentedEncoder  # noqa: E402
 from realm.pretrain.claim_verification import supported, verification_accuracy  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.evaluation import bm25_retrieval, embed_corpus, gold_block_ids, heldout_outcomes  # noqa: E402
+from realm.pretrain.evaluation import (  # noqa: E402
+    bm25_retrieval,
+    embed_corpus,
+    gold_block_ids,
+    gold_hits,
+    heldout_outcomes,
+)
 from realm.pretrain.model import RealmModel  # noqa: E402
 from realm.pretrain.saved_run import LoadedRun, load_run  # noqa: E402
 
@@ -99,16 +105,31 @@ class Probe:
         figures["span_accuracy_supports"] = float(span_correct[self.is_supported[self.claim_of_row]].mean())
         return {f"{name}_{key}": value for key, value in figures.items()}
 
-    def __call__(self, encoder: KnowledgeAugmentedEncoder, *, retrieve: bool = True, **retrieval) -> dict[str, float]:
-        figures = {"pages_closed_book": float(self._outcomes(encoder, self.pages, index=self.dense)
-                                              .closed_book_span_correct.mean())}  # fmt: skip
-        out = self._outcomes(encoder, self.claims, index=retrieval.pop("index", self.dense), **retrieval)
-        figures |= self._verdicts(out.closed_book_span_correct, "closed_book")
-        if retrieve:
+    def _pages(self, encoder: KnowledgeAugmentedEncoder) -> dict[str, float]:
+        out = self._outcomes(encoder, self.pages, index=self.dense)
+        return {"pages_closed_book": float(out.closed_book_span_correct.mean())}
+
+    def _claims(self, encoder: KnowledgeAugmentedEncoder, *, closed_book: bool, retrieved: bool, index=None,
+                query_vectors=None) -> dict[str, float]:  # fmt: skip
+        # note: one pass gives both the null slot's and the retrieved blocks' outcomes
+        out = self._outcomes(encoder, self.claims, index=self.dense if index is None else index,
+                             query_vectors=query_vectors)  # fmt: skip
+        figures = self._verdicts(out.closed_book_span_correct, "closed_book") if closed_book else {}
+        if retrieved:
             figures |= self._verdicts(out.span_correct, "retrieved")
-            figures["evidence_page_recall_at_k"] = float(np.mean([
-                any(b in gold for b in row) for row, gold in zip(out.retrieved, self.gold)]))  # fmt: skip
+            figures["evidence_page_recall_at_k"] = float(gold_hits(out.retrieved, self.gold)[1].mean())
         return figures
+
+    def closed_book(self, encoder: KnowledgeAugmentedEncoder) -> dict[str, float]:
+        """What the encoder recalls alone: the pages' spans and the claims."""
+        return self._pages(encoder) | self._claims(encoder, closed_book=True, retrieved=False)
+
+    def reading(self, encoder: KnowledgeAugmentedEncoder, **retrieval) -> dict[str, float]:
+        """The claims read over ``retrieval`` (``index``, ``query_vectors``; the run's dense index by default)."""
+        return self._claims(encoder, closed_book=False, retrieved=True, **retrieval)
+
+    def __call__(self, encoder: KnowledgeAugmentedEncoder) -> dict[str, float]:
+        return self._pages(encoder) | self._claims(encoder, closed_book=True, retrieved=True)
 
 
 def spans_in_page(run: LoadedRun, rows: list[dict], is_supported: np.ndarray) -> str:
@@ -162,8 +183,8 @@ def main(argv: list[str] | None = None) -> int:
     table["start"] = {"steps": 0, **probe(KnowledgeAugmentedEncoder.from_pretrained(warmed).eval())}
     table["realm"] = {"steps": run.step, "train_s": realm_pretrain_seconds(run_dir), **probe(run.model.encoder)}
     bm25, vectors = bm25_retrieval(run.store, run.special, len(run.tokenizer), run.tokenizer.unk_token_id)
-    table["realm_bm25"] = {"steps": run.step, **probe(run.model.encoder, index=bm25, query_vectors=vectors)}
-    table["realm_gold_page"] = {"steps": run.step, **probe(run.model.encoder, **probe.gold_page)}
+    table["realm_bm25"] = {"steps": run.step, **probe.reading(run.model.encoder, index=bm25, query_vectors=vectors)}
+    table["realm_gold_page"] = {"steps": run.step, **probe.reading(run.model.encoder, **probe.gold_page)}
     memoriser = out / "memoriser"
 
     def config_at(stop: int):
@@ -173,14 +194,14 @@ def main(argv: list[str] | None = None) -> int:
             max_steps=args.max_steps, stop_at=stop, chunk=args.chunk,
         )  # fmt: skip
 
-    curve = memorise(memoriser, config_at, lambda encoder: probe(encoder, retrieve=False), warmed, chunk=args.chunk,
+    curve = memorise(memoriser, config_at, probe.closed_book, warmed, chunk=args.chunk,
                      max_steps=args.max_steps, target=args.target, target_key="pages_closed_book",
                      min_seconds=table["realm"]["train_s"])  # fmt: skip
     table |= {f"memoriser@{r['step']}": r for r in curve}
     last = {key: curve[-1][key] for key in ("step", "train_s")}
     final = checkpoint_encoder(memoriser, last["step"], warmed)
-    table["memorise_then_retrieve"] = {**last, **probe(final)}
-    table["memoriser_gold_page"] = {**last, **probe(final, **probe.gold_page)}
+    table["memorise_then_retrieve"] = {**last, **probe.reading(final)}  # its closed book: the last chunk's row
+    table["memoriser_gold_page"] = {**last, **probe.reading(final, **probe.gold_page)}
     print(format_table(table, args.target, len(claims), len(rows), len(pages)))
     print(spans_in_page(run, rows, is_supported))
     write_json(args.json, {"num_claims": len(claims), "num_claim_spans": len(rows), "num_pages": len(pages), **table})

@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network)
+from harness import BenchError, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network)
 import torch  # noqa: E402
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
@@ -63,6 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     for start in range(0, len(rows), 32):
         examples = [{**rows[i], "idx": i, "epoch": 0} for i in range(start, min(start + 32, len(rows)))]
         batch = collate(examples)
+        if batch.size != len(examples):  # note: outcomes are matched to examples by position below
+            raise BenchError(f"the collator kept {batch.size} of {len(examples)} sentences, all with salient spans")
         pred = encoder(batch.input_ids, batch.attention_mask, batch.token_type_ids, batch.mask_positions).argmax(-1)
         mask = batch.target_mask.bool()
         right = ((pred == batch.target_ids) | ~mask).all(dim=1).tolist()

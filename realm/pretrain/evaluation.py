@@ -75,6 +75,14 @@ def gold_block_ids(store: BlockStore, titles: Sequence[str]) -> list[set[int]]:
     return [by_title.get(t, set()) for t in titles]
 
 
+def gold_hits(retrieved: np.ndarray, gold: Sequence[set[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """([N] the row's gold article is the first retrieved block, [N] it is among them) for [N, k] retrieved ids and
+    each row's gold block ids (``gold_block_ids``)."""
+    first = np.array([len(row) > 0 and row[0] in ids for row, ids in zip(retrieved, gold)], dtype=bool)
+    anywhere = np.array([any(b in ids for b in row) for row, ids in zip(retrieved, gold)], dtype=bool)
+    return first, anywhere
+
+
 def _correct(pred: torch.Tensor, target: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, int]:
     """(per-row whole span right [B], wordpieces right) for [B, M] predictions."""
     return ((pred == target) | ~mask).all(dim=1), ((pred == target) & mask).sum().item()
@@ -174,9 +182,8 @@ def evaluate_heldout(
     num = len(out.span_correct)
     hit1 = hitk = 0
     if gold_titles is not None:
-        for row, gold in zip(out.retrieved, gold_block_ids(store, gold_titles)):
-            hit1 += int(row[0] in gold)
-            hitk += int(any(b in gold for b in row))
+        first, anywhere = gold_hits(out.retrieved, gold_block_ids(store, gold_titles))
+        hit1, hitk = int(first.sum()), int(anywhere.sum())
     num_tokens = max(out.num_tokens, 1)
     return HeldoutMetrics(
         num_examples=num,
