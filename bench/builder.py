@@ -2,7 +2,7 @@
 
 Measures, in one run on one machine (no time is asserted anywhere):
 
-- (a) the builder as it runs (``index_builder.build --enable_distributed=true`` under ``torchrun``, one thread per
+- (a) the builder as it runs (``realm.index_builder.watch --enable_distributed=true`` under ``torchrun``, one thread per
   process) at 1 and at 2 processes on the same random corpus: blocks/s of the whole build (model load, shard embedding,
   assembly, FAISS, publish; process start-up excluded) and of the embedding alone, and the 2/1 speed-up;
 - (b) ``embed_blocks`` (what every rank runs: Arrow reads, packing, forward, projection, writes into the memmap)
@@ -43,7 +43,7 @@ from transformers import BertConfig, BertTokenizer
 
 from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
-from realm.index.build import PRECISIONS
+from realm.index.build_version import PRECISIONS
 from realm.index.embedding import block_lengths, embed_blocks, packed_batches
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.run import layout, live_index, publication
@@ -130,7 +130,8 @@ def builder_run(run_dir: Path, processes: int, args: argparse.Namespace) -> dict
         env.pop("ACCELERATE_USE_CPU", None)
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", WANDB_MODE="disabled", TOKENIZERS_PARALLELISM="false")
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes)]
-    cmd += ["-m", "index_builder.build", "--config", str(REPO / "configs/index/tiny.yaml"), "--run_dir", str(run_dir)]
+    cmd += ["-m", "realm.index_builder.watch", "--config", str(REPO / "configs/index/tiny.yaml"),
+            "--run_dir", str(run_dir)]
     cmd += ["--once=true", "--enable_distributed=true", f"--batch_size={args.batch}", f"--num_threads={args.threads}"]
     cmd += [f"--device={args.device}", f"--precision={args.precision}"]
     started = time.perf_counter()

@@ -5,7 +5,7 @@ list of N frequent single-wordpiece words of a corpus (``docs/real_text.md``).
     python bench/copy_vocabulary.py --tokenizer RUN/tokenizer --blocks RUN/blocks [--words 200 3000] [--steps 500]
                                     [--chain]
 
-For each N: one stage of the pipeline's copy curriculum (``pipeline.warm_start.copy_curriculum``: a 20,000-block
+For each N: one stage of the pipeline's copy curriculum (``realm.pipeline.warm_start.copy_curriculum``: a 20,000-block
 corpus over the N most frequent single-wordpiece words of the blocks, then ``realm warmup --task.masking=random_token``
 with ``configs/real_text/warmup/default.yaml`` at query length 24 and block length 32), from scratch, or with
 ``--chain`` each from the previous one's encoder; prints the masked-token and span accuracy every 100 steps. On the
@@ -22,8 +22,8 @@ from pathlib import Path
 
 from harness import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 
-from pipeline.warm_start import CopyStage, WarmStartConfig, copy_curriculum  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
+from realm.pipeline.warm_start import CopyStage, WarmStartConfig, copy_curriculum  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

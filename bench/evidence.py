@@ -54,8 +54,6 @@ from pathlib import Path
 from harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import torch  # noqa: E402
 
-from pipeline.demo import DemoConfig, make_data, pretrain_config, warm_start_demo  # noqa: E402
-from pipeline.warm_start import WarmStartConfig  # noqa: E402
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging, read_metrics  # noqa: E402
 from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks  # noqa: E402
@@ -66,11 +64,13 @@ from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
+from realm.pipeline.demo import DemoConfig, make_data, pretrain_config, warm_start_demo  # noqa: E402
+from realm.pipeline.warm_start import WarmStartConfig  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.evaluation import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles  # noqa: E402
+from realm.pretrain.heldout_eval import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles  # noqa: E402
 from realm.run.layout import METRICS_FILE  # noqa: E402
-from trainer.loop import Trainer  # noqa: E402
+from realm.trainer.pretrain_loop import Trainer  # noqa: E402
 
 OPTIONAL_COLUMNS = ("old_fact_share", "ict_index_span_accuracy", "doc_cosine_ict_final")
 TRAIN_RECALL = "train/answer_recall"

@@ -19,9 +19,10 @@ from types import SimpleNamespace
 
 from harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import evidence  # noqa: E402
+
 from realm.core.logging import init_logging  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.evaluation import gold_titles  # noqa: E402
+from realm.pretrain.heldout_eval import gold_titles  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
 
 

@@ -36,6 +36,7 @@ from harness import REPO, BenchError, write_json  # noqa: E402 isort:skip  (firs
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from memorisation import checkpoint_encoder, memorise, memoriser_config, table_lines, verdict  # noqa: E402
+
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.cloze_sets import every_span_sentences  # noqa: E402
 from realm.data.fever import SUPPORTS, claim_records, read_fever_claims  # noqa: E402
@@ -44,7 +45,7 @@ from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.encoder import KnowledgeAugmentedEncoder  # noqa: E402
 from realm.pretrain.claim_verification import supported, verification_accuracy  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.evaluation import (  # noqa: E402
+from realm.pretrain.heldout_eval import (  # noqa: E402
     bm25_retrieval,
     embed_corpus,
     gold_block_ids,

@@ -67,7 +67,7 @@ class StageClock:
 
 
 def run_realm(argv: Sequence[str], log: Path, threads: int | None = None) -> str:
-    """Runs ``realm ARGV`` (``python -m realm_cli.main``) from the repository root as its own process, its output
+    """Runs ``realm ARGV`` (``python -m realm.cli.main``) from the repository root as its own process, its output
     going to ``log``; ``threads``: its OpenMP and MKL threads (None: this process's environment). Returns the
     command as a user would type it; a failure raises ``BenchError`` with the end of the log."""
     command = shlex.join(["realm", *argv])
@@ -77,7 +77,7 @@ def run_realm(argv: Sequence[str], log: Path, threads: int | None = None) -> str
     log.parent.mkdir(parents=True, exist_ok=True)
     print(f"$ {command} (log {log})", flush=True)
     with log.open("w", encoding="utf-8") as out:
-        cmd = [sys.executable, "-m", "realm_cli.main", *argv]
+        cmd = [sys.executable, "-m", "realm.cli.main", *argv]
         proc = subprocess.run(cmd, cwd=REPO, stdout=out, stderr=subprocess.STDOUT, env=env, check=False)
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:])

@@ -6,13 +6,13 @@ Real text: the 2,067 paragraphs of the 48 SQuAD v1.1 dev articles and the 1,000 
 by their title line), read from ``../shared/data/real`` beside the repository (``--data``). A document is one
 paragraph or passage. Each source is split *by article*: articles in sha256 order of ``source/title``, cut by
 cumulative words into E, held-out evaluation articles (``--eval-share``, 10%), U, in-domain articles the LM never
-trains on (``--unseen-share``, 20%), and T, the rest (70%), the only text the tiny GPT-2 (``realm.knnlm.train_lm``)
+trains on (``--unseen-share``, 20%), and T, the rest (70%), the only text the tiny GPT-2 (``realm.knnlm.tiny_lm``)
 and its WordPiece vocabulary see. Perplexity is measured on ``--eval-docs`` documents of E, evenly spread over its
 articles (exact search costs E tokens x datastore entries, so this bounds the run); as many other documents of E's
 articles form V, the validation set on which rows 2 and 3 also choose tau and lambda before reporting on E. T, U,
 T+U (T's documents first), V and E are written as jsonl corpora in ``--work`` (a new temporary folder by default).
 
-Every perplexity is over the same tokens of E (``realm.knnlm.evaluate``: one LM pass and one search of k = 1024
+Every perplexity is over the same tokens of E (``realm.knnlm.perplexity``: one LM pass and one search of k = 1024
 neighbours per datastore; any k, tau, lambda is arithmetic on it). ``/ LM`` is the ratio to row 1 (to the LM's
 tokens/s for speeds, to the bare forward for the build).
 
@@ -77,8 +77,8 @@ from knnlm_world import smollm_rows, world_rows
 
 from realm.core.logging import init_logging, set_num_threads
 from realm.data.corpus import CorpusConfig
-from realm.knnlm.build import read_texts
-from realm.knnlm.train_lm import train_tiny_lm
+from realm.knnlm.datastore_build import read_texts
+from realm.knnlm.tiny_lm import train_tiny_lm
 
 SCALES = {  # the values of the scale options left unset, without and with --quick
     "default": {"lm_steps": 1500, "lm_hidden": 128, "lm_layers": 4, "context": 128, "vocab": 8000, "max_docs": 0,

@@ -16,12 +16,12 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 from realm.data.corpus import CorpusConfig
 from realm.index.mips import IndexConfig
 from realm.knnlm import datastore as ds
-from realm.knnlm import evaluate as ev
 from realm.knnlm import knn
-from realm.knnlm.build import build_datastore, read_texts
+from realm.knnlm import perplexity as ev
+from realm.knnlm.datastore_build import build_datastore, read_texts
 from realm.knnlm.learned import LearnedConfig, learned_log_probs, train_learned
 from realm.knnlm.lm import LMConfig, load_causal_lm, num_targets, score_documents, tokenize_documents, window_batches
-from realm.knnlm.train_lm import TinyLMConfig
+from realm.knnlm.tiny_lm import TinyLMConfig
 from realm.run import publication
 from realm.training.optim import OptimConfig
 

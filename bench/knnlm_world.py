@@ -17,11 +17,11 @@ from realm.data.corpus import CorpusConfig
 from realm.data.sentences import split_sentences
 from realm.data.world import WorldConfig, generate_world
 from realm.knnlm import datastore as ds
-from realm.knnlm import evaluate as ev
 from realm.knnlm import knn
-from realm.knnlm.build import read_texts
+from realm.knnlm import perplexity as ev
+from realm.knnlm.datastore_build import read_texts
 from realm.knnlm.lm import KeyReader, LMConfig, load_causal_lm, tokenize_documents
-from realm.knnlm.train_lm import train_tiny_lm
+from realm.knnlm.tiny_lm import train_tiny_lm
 
 WORLD_CONTEXT, WORLD_VOCAB = 64, 4000
 AddRow = Callable[..., None]

@@ -31,7 +31,8 @@ from typing import Callable
 
 from harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 import torch  # noqa: E402
-from evidence import ict_embeddings, pretrain_row, prepare  # noqa: E402
+from evidence import ict_embeddings, prepare, pretrain_row  # noqa: E402
+
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.blocks import BlockStore, load_blocks  # noqa: E402
@@ -43,13 +44,13 @@ from realm.models.encoder import KnowledgeAugmentedEncoder  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.evaluation import evaluate_heldout, gold_titles  # noqa: E402
+from realm.pretrain.heldout_eval import evaluate_heldout, gold_titles  # noqa: E402
 from realm.pretrain.model import RealmModel  # noqa: E402
 from realm.pretrain.saved_run import MODEL_FILE  # noqa: E402
 from realm.run.layout import CHECKPOINT_PREFIX, checkpoints_dir  # noqa: E402
 from realm.run.publication import folder_name, replace_published  # noqa: E402
 from realm.training.checkpoint import load_weights  # noqa: E402
-from warmstart.reader import WarmupConfig, train_warmup  # noqa: E402
+from realm.warmstart.warmup import WarmupConfig, train_warmup  # noqa: E402
 
 PRETRAIN_CONFIG = REPO / "configs/pretrain/demo.yaml"
 WARMUP_CONFIG = REPO / "configs/warmup/demo.yaml"

@@ -6,13 +6,13 @@ own pipeline and commands, the same reader budget for every QA row.
 
 For each init (``scratch``: the demo-sized encoder with the reader warm-up, no contamination; ``minilm``:
 all-MiniLM-L6-v2, a *supervised* init: it was trained on NQ, TriviaQA and SQuAD pairs) and seed, ``run_real_text``
-(``pipeline.real_text``, stopped before QA) gives the warm start and the REALM run. Retrievers, each ranking the blocks
-for the questions of NQ-open dev, TriviaQA test, WebQuestions test and CuratedTrec test (the first ``--questions`` of
-each file): ``bm25`` (bm25s over ``title text``), ``start`` (the dense retriever as it starts: the warmed-up
-encoder, or MiniLM as it is), ``ict`` (after ICT: ORQA's start) and ``realm`` (after ICT + REALM pre-training).
-Columns: held-out salient-span accuracy with retrieval and closed book (``ict``: the run's starting model, ``realm``:
-its final one), top-1/5/20 retrieval accuracy over all questions and over those whose answer occurs in the corpus
-(``retrieval_accuracy.answerable``), and exact match after QA fine-tuning (``realm finetune``'s recipe from
+(``realm.pipeline.real_text``, stopped before QA) gives the warm start and the REALM run. Retrievers, each ranking the
+blocks for the questions of NQ-open dev, TriviaQA test, WebQuestions test and CuratedTrec test (the first
+``--questions`` of each file): ``bm25`` (bm25s over ``title text``), ``start`` (the dense retriever as it starts: the
+warmed-up encoder, or MiniLM as it is), ``ict`` (after ICT: ORQA's start) and ``realm`` (after ICT + REALM
+pre-training). Columns: held-out salient-span accuracy with retrieval and closed book (``ict``: the run's starting
+model, ``realm``: its final one), top-1/5/20 retrieval accuracy over all questions and over those whose answer occurs in
+the corpus (``retrieval_accuracy.answerable``), and exact match after QA fine-tuning (``realm finetune``'s recipe from
 ``configs/real_text/finetune``) from each dense start and, in the ``bm25`` row, from the ICT start reading BM25's
 candidates (``retrieval.candidates=bm25``: the same reader, budget and fine-tuning; only the blocks differ). Closed-book
 QA has no row: the project's reader extracts spans from retrieved blocks, so with the null document alone its exact
@@ -43,22 +43,22 @@ from retrieval_accuracy import (  # noqa: E402; fmt: skip
     embed_questions,
 )
 
-from finetune.evaluate import load_qa_run  # noqa: E402
-from pipeline.real_text import RETRIEVER_SHAPE, RealTextConfig, finetune_config, run_real_text  # noqa: E402
-from pipeline.stages import finetune_and_evaluate  # noqa: E402
 from realm.core.config import load_config, parse_overrides  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
-from realm.run.layout import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
+from realm.finetune.evaluate_qa import load_qa_run  # noqa: E402
 from realm.index.text_bm25 import bm25_rankings, titled_texts  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
+from realm.pipeline.real_text import RETRIEVER_SHAPE, RealTextConfig, finetune_config, run_real_text  # noqa: E402
+from realm.pipeline.stages import finetune_and_evaluate  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
-from realm.pretrain.evaluation import embed_corpus  # noqa: E402
+from realm.pretrain.heldout_eval import embed_corpus  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
 from realm.qa.datasets import load_task  # noqa: E402
-from realm.qa.evaluation import DEFAULT_TOP_K, evaluate_qa  # noqa: E402
+from realm.qa.qa_eval import DEFAULT_TOP_K, evaluate_qa  # noqa: E402
+from realm.run.layout import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 
 logger = logging.getLogger("bench.real_open_qa")
 
@@ -70,6 +70,9 @@ EVAL_SETS = {
     "ct": ("ct", SHARED / "curatedtrec" / "CuratedTrec-test.txt"),
 }
 CONFIGS = {"scratch": REPO / "configs/real_text/default.yaml", "minilm": REPO / "configs/real_text/minilm.yaml"}
+FULL_LENGTHS = ["--warm_start.warmup_steps=null", "--warm_start.ict_steps=null", "--pretrain_steps=null",
+                "--qa_steps=null"]
+"""Every stage at its own config's length (null), where ``realm real-text``'s default cuts them to fit 30 minutes."""
 DENSE = ("start", "ict", "realm")
 QA_ROWS = ("bm25", *DENSE)
 
@@ -86,7 +89,7 @@ def pipeline_config(init: str, seed: int, work: Path, extra: list[str]) -> RealT
     itself without QA: ``dataclasses.replace(cfg, qa_steps=0)``)."""
     overrides = {"out": str(work / init / f"seed{seed}"), "seed": seed,
                  **({"init_from": minilm_folder()} if init == "minilm" else {})}  # fmt: skip
-    return load_config(RealTextConfig, CONFIGS[init], {**parse_overrides(extra), **overrides})
+    return load_config(RealTextConfig, CONFIGS[init], {**parse_overrides(FULL_LENGTHS + extra), **overrides})
 
 
 def block_texts(blocks_dir) -> list[str]:

@@ -25,9 +25,9 @@ import torch.nn.functional as F  # noqa: E402
 
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.jsonl import iter_jsonl  # noqa: E402
-from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.evaluation import embed_corpus, gold_block_ids, gold_titles, heldout_batches  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
+from realm.pretrain.data import prepared_sentences  # noqa: E402
+from realm.pretrain.heldout_eval import embed_corpus, gold_block_ids, gold_titles, heldout_batches  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
 
 

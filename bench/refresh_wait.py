@@ -34,9 +34,9 @@ from pathlib import Path
 from harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import read_metrics  # noqa: E402
+from realm.pipeline.synthetic import make_world_data  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.run.layout import METRICS_FILE  # noqa: E402
-from pipeline.synthetic import make_world_data  # noqa: E402
 
 
 def _parse(argv: list[str] | None = None) -> argparse.Namespace:

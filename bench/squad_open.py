@@ -21,13 +21,13 @@ out); every ``realm`` command runs as its own process, logging to ``WORK/logs/ST
 
 Retrieval accuracy has DPR's semantics through the project's own metric: ``realm.qa.metrics.top_k_accuracy`` over
 ``realm.qa.metrics.has_answer`` on the *paragraph* texts, for all 10,570 questions. The dense retrievers rank blocks
-(exact inner-product search over ``realm.pretrain.evaluation.embed_corpus``, with the final checkpoint's document embedder); a
-paragraph cut into several blocks ranks where its best block does, so every retriever returns paragraphs, as BM25
-does. The MiniLM embedders start with an identity projection (``embed_dim`` = 384), so "as is" is its own mean-pooled
-sentence embedding (``Retriever.from_bert`` alone would put a random projection on top); the project's retriever scores
-by inner product, so "as is" is reported both that way and with MiniLM's own cosine similarity (same embeddings,
-L2-normalised here). "seconds" counts retrieval only: BM25 indexing and search, or embedding the blocks and questions
-and the exact search; ``has_answer`` is not included.
+(exact inner-product search over ``realm.pretrain.heldout_eval.embed_corpus``, with the final checkpoint's document
+embedder); a paragraph cut into several blocks ranks where its best block does, so every retriever returns paragraphs,
+as BM25 does. The MiniLM embedders start with an identity projection (``embed_dim`` = 384), so "as is" is its own
+mean-pooled sentence embedding (``Retriever.from_bert`` alone would put a random projection on top); the project's
+retriever scores by inner product, so "as is" is reported both that way and with MiniLM's own cosine similarity (same
+embeddings, L2-normalised here). "seconds" counts retrieval only: BM25 indexing and search, or embedding the blocks and
+questions and the exact search; ``has_answer`` is not included.
 """
 
 from __future__ import annotations

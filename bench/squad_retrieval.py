@@ -17,7 +17,7 @@ from realm.data.packing import SpecialIds
 from realm.index.text_bm25 import bm25_rankings, titled_texts
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.config import PretrainConfig
-from realm.pretrain.evaluation import embed_corpus
+from realm.pretrain.heldout_eval import embed_corpus
 from realm.pretrain.saved_run import MODEL_FILE, load_model
 from realm.qa.metrics import top_k_accuracy
 from realm.run.layout import CHECKPOINT_PREFIX, checkpoints_dir
@@ -53,7 +53,7 @@ def squad_bm25_rankings(squad: Squad, k: int) -> tuple[list[list[int]], dict]:
 
 def dense_embeddings(retriever: Retriever, tokenizer: PreTrainedTokenizerBase, blocks, cfg: RetrieverConfig,
                      squad: Squad) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """([N, D] block embeddings by ``realm.pretrain.evaluation.embed_corpus``, [Q, D] question embeddings)."""
+    """([N, D] block embeddings by ``realm.pretrain.heldout_eval.embed_corpus``, [Q, D] question embeddings)."""
     docs = embed_corpus(retriever.doc_embedder, blocks, SpecialIds.of(tokenizer), cfg.max_block_length)
     queries = embed_questions(retriever, tokenizer, [q.question for q in squad.questions], cfg.max_query_length)
     return docs, queries

@@ -26,7 +26,7 @@ from realm.data.vocab import load_tokenizer, train_wordpiece
 from realm.models.pretrained import model_tokenizer, read_bert_config
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.config import PretrainConfig
-from warmstart.ict import ICTConfig
+from realm.warmstart.ict_train import ICTConfig
 
 CONFIGS = REPO / "configs" / "squad_open"
 

@@ -3,8 +3,8 @@
 Measures, in one run on one machine (no absolute numbers are asserted anywhere):
 
 - the matmul peak: a large ``torch.mm`` (fp32, and bf16 with ``--bf16``) in FLOP/s;
-- the REALM step as ``trainer/loop.py`` runs it: query embedding for the search (no_grad), ``retrieve`` (search +
-  packing), ``train_step`` + backward, clipping and the AdamW step; its model FLOPs (counted analytically, see
+- the REALM step as ``trainer/pretrain_loop.py`` runs it: query embedding for the search (no_grad), ``retrieve``
+  (search + packing), ``train_step`` + backward, clipping and the AdamW step; its model FLOPs (counted analytically, see
   ``bench/flops.py``) per second, and that as a fraction of the peak (MFU);
 - with ``--prefetch``, the same step with ``train.prefetch_candidates`` (``trainer/candidate_prefetch.py``: the next
   batch's search and packing run in a worker thread while this one trains; only its query embedding stays on the

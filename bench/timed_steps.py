@@ -1,6 +1,7 @@
 """The steps ``bench/step.py`` times, on random data of its shape flags (the demo shape by default): the REALM step as
-``trainer/loop.py`` runs it, with and without ``train.prefetch_candidates``, and a plain ``BertForMaskedLM`` step over
-the same padded tensors. ``bench/hf_realm_peer.py`` times the same REALM step against the Hugging Face classes."""
+``trainer/pretrain_loop.py`` runs it, with and without ``train.prefetch_candidates``, and a plain ``BertForMaskedLM``
+step over the same padded tensors. ``bench/hf_realm_peer.py`` times the same REALM step against the Hugging Face
+classes."""
 
 from __future__ import annotations
 
@@ -21,8 +22,8 @@ from realm.pretrain.candidates import retrieve, start_search
 from realm.pretrain.loss import get_loss
 from realm.pretrain.model import RealmModel
 from realm.pretrain.step import train_step
+from realm.trainer.candidate_prefetch import CandidatePipeline
 from realm.training.optim import OptimConfig, build_optimizer
-from trainer.candidate_prefetch import CandidatePipeline
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 Seqs = tuple[Tensor, Tensor, Tensor]  # input_ids, attention_mask, token_type_ids, each [N, L]
@@ -111,7 +112,7 @@ def step_seqs(batch: RealmBatch) -> dict[str, Seqs]:
 
 
 class RealmStep:
-    """The trainer's step (as ``trainer/loop.py`` runs it) on fresh random queries, timed part by part."""
+    """The trainer's step (as ``trainer/pretrain_loop.py`` runs it) on fresh random queries, timed part by part."""
 
     def __init__(self, args: argparse.Namespace, c: BertConfig, device: torch.device, autocast: AbstractContextManager):
         self.args, self.device, self.autocast = args, device, autocast

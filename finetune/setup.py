@@ -26,15 +26,15 @@ from realm.data.blocks import BlocksInput, BlockStore, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
 from realm.index import versions
-from realm.index.build import blocks_fingerprint, build_index_version
+from realm.index.build_version import blocks_fingerprint, build_index_version
 from realm.index.mips import IndexConfig
 from realm.models.bert import ModelConfig
 from realm.models.pretrained import read_bert_config
 from realm.models.reader import ReaderConfig, SpanReader, reader_config
 from realm.models.retriever import Embedder, Retriever, RetrieverConfig
 from realm.qa.candidates import RetrievalConfig
-from realm.qa.evaluation import QAContext
 from realm.qa.model import OpenQAModel
+from realm.qa.qa_eval import QAContext
 from realm.qa.spans import Wordpieces
 from realm.run import layout, live_index
 

@@ -23,15 +23,15 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from finetune.evaluate import write_evaluation
-from finetune.setup import MODEL_DIR, TOKENIZER_DIR, InitConfig, frozen_index, qa_context, starting_point
-from finetune.task import TaskConfig
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, progress
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.blocks import BlocksInput, check_blocks_tokenizer
+from realm.finetune.evaluate_qa import write_evaluation
+from realm.finetune.setup import MODEL_DIR, TOKENIZER_DIR, InitConfig, frozen_index, qa_context, starting_point
+from realm.finetune.task import TaskConfig
 from realm.index.mips import IndexConfig
 from realm.models.bert import ModelConfig
 from realm.models.pretrained import load_model_tokenizer
@@ -39,12 +39,12 @@ from realm.models.reader import ReaderConfig
 from realm.models.retriever import RetrieverConfig
 from realm.qa.batch import QACollator
 from realm.qa.candidates import RetrievalConfig
-from realm.qa.evaluation import DEFAULT_TOP_K, QAContext, evaluate_qa
+from realm.qa.qa_eval import DEFAULT_TOP_K, QAContext, evaluate_qa
 from realm.run import publication
 from realm.training.accelerator import build_accelerator
-from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
 from realm.training.optim import OptimConfig
 from realm.training.sampler import StepBatchSampler
+from realm.training.scaffold import LoopConfig, TrainingLoop, iterate, start_job
 
 logger = logging.getLogger(__name__)
 

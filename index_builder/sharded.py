@@ -28,9 +28,9 @@ import datasets
 from transformers import AutoTokenizer
 
 from realm.data.packing import SpecialIds
-from realm.index.build import load_doc_embedder, publish_new_version
+from realm.index.build_version import load_doc_embedder, publish_new_version
+from realm.index.builder_group import BuilderGroup, PeerError, check_reports, shard_report
 from realm.index.embedding import block_lengths
-from realm.index.group import BuilderGroup, PeerError, check_reports, shard_report
 from realm.index.mips import IndexConfig
 from realm.index.shards import (
     ShardKey,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Open-domain QA fine-tuning (finetune.train) under accelerate; the index is frozen, so there is no builder.
+# Open-domain QA fine-tuning (realm.finetune.train) under accelerate; the index is frozen, so there is no builder.
 #   TOPOLOGY=multi_cpu launch/finetune.sh --config configs/finetune/demo.yaml --init.run=runs/demo \
 #       --task.name=jsonl --task.train=Q.jsonl --task.dev=D.jsonl --train.run_dir=runs/qa
 #   launch/finetune.sh --config configs/finetune/demo.yaml --init.run=runs/base --task.name=nq ...   # GPUs
@@ -23,4 +23,4 @@ if ! is_cpu_topology; then
         LAUNCH_ARGS+=(--num_processes "$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))")
     fi
 fi
-exec accelerate launch "${LAUNCH_ARGS[@]}" -m finetune.train "$@"
+exec accelerate launch "${LAUNCH_ARGS[@]}" -m realm.finetune.train "$@"

@@ -2,7 +2,7 @@
 # REALM pre-training under accelerate: the trainer processes and, on GPU topologies, the index builder beside them.
 #   TOPOLOGY=multi_cpu launch/pretrain.sh --config configs/pretrain/tiny.yaml --train.run_dir=runs/tiny ...
 #   launch/pretrain.sh --config configs/pretrain/base.yaml --train.run_dir=runs/base ...      # a node with GPUs
-# The world size and precision live in launch/accelerate/${TOPOLOGY}.yaml; the arguments go to trainer.pretrain.
+# The world size and precision live in launch/accelerate/${TOPOLOGY}.yaml; the arguments go to realm.trainer.pretrain.
 #
 # Knobs (environment variables):
 #   TOPOLOGY           single_cpu | multi_cpu | single_node_gpus | multi_node (a launch/accelerate/*.yaml name;
@@ -32,7 +32,7 @@ source launch/common.sh
 launch_setup
 
 if is_cpu_topology; then
-    exec accelerate launch "${LAUNCH_ARGS[@]}" -m trainer.pretrain "$@"
+    exec accelerate launch "${LAUNCH_ARGS[@]}" -m realm.trainer.pretrain "$@"
 fi
 
 gpus="$(visible_gpus)"
@@ -88,10 +88,10 @@ PY
     fi
     mkdir -p "$RUN_DIR"
     if (($(count_list "$BUILDER_GPUS") > 1)); then
-        builder=(torchrun --standalone --nproc_per_node "$(count_list "$BUILDER_GPUS")" -m index_builder.build
+        builder=(torchrun --standalone --nproc_per_node "$(count_list "$BUILDER_GPUS")" -m realm.index_builder.watch
             --enable_distributed=true)
     else
-        builder=(python -m index_builder.build)
+        builder=(python -m realm.index_builder.watch)
     fi
     CUDA_VISIBLE_DEVICES="$BUILDER_GPUS" "${builder[@]}" --config "${BUILDER_CONFIG:-configs/index/default.yaml}" \
         --run_dir "$RUN_DIR" --device=cuda --precision="${BUILDER_PRECISION:-bf16}" >>"$RUN_DIR/builder.log" 2>&1 &
@@ -102,7 +102,7 @@ fi
 
 echo "launch/pretrain.sh: trainer on GPU(s) $TRAINER_GPUS (${LAUNCH_ARGS[*]})" >&2
 status=0
-CUDA_VISIBLE_DEVICES="$TRAINER_GPUS" accelerate launch "${LAUNCH_ARGS[@]}" -m trainer.pretrain "$@" \
+CUDA_VISIBLE_DEVICES="$TRAINER_GPUS" accelerate launch "${LAUNCH_ARGS[@]}" -m realm.trainer.pretrain "$@" \
     --refresh.spawn_builder=false || status=$?
 if ((status == 0)) && [[ -n "$builder_pid" ]]; then
     wait "$builder_pid" || status=$? # it indexes the last export, sees RUN/DONE and exits

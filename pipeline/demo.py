@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from finetune.train import FinetuneConfig
-from pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
-from pipeline.synthetic import make_world_data
-from pipeline.warm_start import WarmStart, WarmStartConfig, encoder_shape, warm_start
 from realm.core.atomic import write_text_atomic
 from realm.core.config import load_config
+from realm.finetune.train import FinetuneConfig
 from realm.models.bert import ModelConfig
+from realm.pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
+from realm.pipeline.synthetic import make_world_data
+from realm.pipeline.warm_start import WarmStart, WarmStartConfig, encoder_shape, warm_start
 from realm.pretrain.config import PretrainConfig
 from realm.run.layout import SUMMARY_FILE
 
@@ -64,7 +64,7 @@ class DemoConfig:
 
 
 def make_data(cfg: DemoConfig) -> dict[str, Path]:
-    """The world, its vocabulary and its blocks under ``OUT`` (``pipeline.synthetic.make_world_data``), the blocks
+    """The world, its vocabulary and its blocks under ``OUT`` (``realm.pipeline.synthetic.make_world_data``), the blocks
     cut for the pre-training retriever, the one that embeds them for the index."""
     shape = load_config(PretrainConfig, cfg.pretrain_config, cfg.pretrain_overrides).retriever
     return make_world_data(Path(cfg.out), cfg.seed, cfg.num_entities, cfg.vocab_size, shape.max_block_length)

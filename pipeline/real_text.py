@@ -19,9 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from finetune.train import FinetuneConfig
-from pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
-from pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
 from realm.core.atomic import write_text_atomic
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
@@ -30,8 +27,11 @@ from realm.data.cloze_sets import ClozeSets, choose_heldout_docs, write_cloze_se
 from realm.data.corpus import CorpusConfig, read_documents
 from realm.data.tagging import TaggingConfig, build_tagger
 from realm.data.vocab import train_wordpiece
+from realm.finetune.train import FinetuneConfig
 from realm.models.pretrained import model_tokenizer
 from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS
+from realm.pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
+from realm.pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
 from realm.pretrain.config import PretrainConfig
 from realm.run.layout import SUMMARY_FILE
 
@@ -45,7 +45,7 @@ RETRIEVER_SHAPE = (*RETRIEVER_SHAPE_DEFAULTS, "init_projection", "max_query_leng
 
 @dataclass(kw_only=True, slots=True)
 class QAFiles:
-    """The questions to fine-tune on and to evaluate on (formats: ``finetune.task.TaskConfig.name``)."""
+    """The questions to fine-tune on and to evaluate on (formats: ``realm.finetune.task.TaskConfig.name``)."""
 
     train_task: str = "dpr"
     train: str = ""

@@ -9,13 +9,13 @@ from pathlib import Path
 
 from accelerate import Accelerator
 
-from finetune.train import FinetuneConfig, Finetuner
 from realm.core.logging import MetricsLogger
+from realm.finetune.train import FinetuneConfig, Finetuner
 from realm.pretrain.config import PretrainConfig
-from realm.pretrain.evaluation import HeldoutMetrics, evaluate_heldout
+from realm.pretrain.heldout_eval import HeldoutMetrics, evaluate_heldout
 from realm.run.layout import METRICS_FILE
+from realm.trainer.pretrain_loop import Trainer
 from realm.training.accelerator import enable_tf32
-from trainer.loop import Trainer
 
 
 @dataclass(frozen=True, slots=True)

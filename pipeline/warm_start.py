@@ -26,8 +26,8 @@ from realm.data.copy_corpus import frequent_words, write_copy_corpus
 from realm.data.corpus import CorpusConfig
 from realm.data.vocab import load_tokenizer
 from realm.models.bert import ModelConfig
-from warmstart.ict import ICTConfig, train_ict
-from warmstart.reader import WarmupConfig, train_warmup
+from realm.warmstart.ict_train import ICTConfig, train_ict
+from realm.warmstart.warmup import WarmupConfig, train_warmup
 
 logger = logging.getLogger(__name__)
 

@@ -15,9 +15,9 @@ import numpy as np
 import torch
 from transformers import BertConfig, BertTokenizer
 
-from finetune.train import FinetuneConfig
 from realm.core.config import load_config
 from realm.data.blocks import BLOCK_FEATURES
+from realm.finetune.train import FinetuneConfig
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.run import layout
 
@@ -159,7 +159,7 @@ def builder_pids(run_dir: Path) -> list[int]:
             state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except (OSError, IndexError, ValueError):
             continue
-        if b"index_builder.build" in cmdline and f"--run_dir={run_dir}".encode() in cmdline and state != "Z":
+        if b"realm.index_builder.watch" in cmdline and f"--run_dir={run_dir}".encode() in cmdline and state != "Z":
             pids.append(int(proc.name))
     return pids
 
@@ -168,7 +168,7 @@ def make_tiny_lm(out: Path, num_docs: int = 60, steps: int = 40) -> tuple[Path, 
     """A tiny GPT-2 trained for a few steps on the first documents of a small generated world:
     (LM folder, training corpus jsonl, held-out corpus jsonl)."""
     from realm.data.world import WorldConfig, generate_world
-    from realm.knnlm.train_lm import TinyLMConfig, train_tiny_lm
+    from realm.knnlm.tiny_lm import TinyLMConfig, train_tiny_lm
     from realm.training.optim import OptimConfig
 
     records = generate_world(WorldConfig(num_entities=num_docs + 20, seed=7)).corpus

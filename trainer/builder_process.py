@@ -59,14 +59,14 @@ def builder_command(
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of the child builder (nothing is started).
 
-    One process: ``python -m index_builder.build --config C --run_dir=RUN --num_threads=T ...``. N processes:
-    ``python -m torch.distributed.run --standalone --nproc_per_node N -m index_builder.build ...
+    One process: ``python -m realm.index_builder.watch --config C --run_dir=RUN --num_threads=T ...``. N processes:
+    ``python -m torch.distributed.run --standalone --nproc_per_node N -m realm.index_builder.watch ...
     --enable_distributed=true``; ``--standalone`` gives the builder a group of its own on a free local port, and
     torchrun exits non-zero as soon as one rank dies, so the trainer sees a dead builder either way.
     """
     build = [
         "-m",
-        "index_builder.build",
+        "realm.index_builder.watch",
         "--config",
         cfg.builder_config,
         f"--run_dir={run_dir}",

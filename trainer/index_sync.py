@@ -26,7 +26,7 @@ from accelerate import Accelerator
 
 from realm.index.versions import PublishedIndex
 from realm.run.layout import latest_retriever_export
-from trainer.index_watcher import IndexWatcher
+from realm.trainer.index_watcher import IndexWatcher
 
 logger = logging.getLogger(__name__)
 

@@ -29,8 +29,8 @@ class IndexWatcher:
         poll_interval_s: seconds between looks at CURRENT.
         index_cfg: search parameters (nprobe, efSearch) applied to each loaded index.
         verify: recompute file checksums when loading (sizes are always checked).
-        corpus_fingerprint: the trainer's own blocks (``realm.index.build.blocks_fingerprint``); a version built over
-            other blocks is refused, since its row ids would name the wrong blocks.
+        corpus_fingerprint: the trainer's own blocks (``realm.index.build_version.blocks_fingerprint``); a version
+            built over other blocks is refused, since its row ids would name the wrong blocks.
     """
 
     def __init__(

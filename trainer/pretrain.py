@@ -1,4 +1,5 @@
-"""``realm train`` / ``python -m trainer.pretrain --config configs/pretrain/tiny.yaml [--section.key=value ...]``."""
+"""``realm train`` / ``python -m realm.trainer.pretrain --config configs/pretrain/tiny.yaml [--section.key=value ...]``
+(the same process)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,8 @@ from realm.core.errors import run_command
 from realm.core.logging import init_logging
 from realm.core.process_exit import exit_code_after_run
 from realm.pretrain.config import PretrainConfig
+from realm.trainer.pretrain_loop import Trainer
 from realm.training.accelerator import build_accelerator
-from trainer.loop import Trainer
 
 logger = logging.getLogger(__name__)
 

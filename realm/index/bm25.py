@@ -4,7 +4,7 @@ Okapi BM25 with Lucene's idf, ``idf(t) = ln(1 + (N - df(t) + 0.5) / (df(t) + 0.5
 ``q`` as ``sum over t in q of count_q(t) idf(t) tf(t, d) (k1 + 1) / (tf(t, d) + k1 (1 - b + b |d| / avgdl))``. That is
 the inner product of a query vector (``count_q(t) idf(t)``) and a block vector (the saturated term frequency), so
 ``BM25Index`` is a ``DocumentIndex`` over sparse block vectors, searched by the same code as the dense indexes, and
-its top-k can be read by a trained reader (``realm.pretrain.evaluation.evaluate_heldout(query_vectors=...)``).
+its top-k can be read by a trained reader (``realm.pretrain.heldout_eval.evaluate_heldout(query_vectors=...)``).
 """
 
 from __future__ import annotations

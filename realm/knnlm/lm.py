@@ -32,7 +32,7 @@ from transformers import (
 )
 
 from realm.core.errors import ConfigError, InputError, MissingFileError
-from realm.index.build import PRECISIONS, check_precision
+from realm.index.build_version import PRECISIONS, check_precision
 
 KEY_TYPES = ("ffn_input", "attn_output", "ffn_output")
 

@@ -133,7 +133,7 @@ def start_search(
 ) -> Callable[[], RealmBatch]:
     """The trainer's retrieval of a host ``batch``, in two parts: embeds its queries now, on the model's device, with
     the live query embedder and no dropout; returns the search and packing (host work, on the host batch), bound to
-    ``index``, to run now or on another thread (``trainer.candidate_prefetch``)."""
+    ``index``, to run now or on another thread (``realm.trainer.candidate_prefetch``)."""
     device = next(model.parameters()).device
     was_training = model.training
     model.eval()

@@ -11,13 +11,13 @@ from realm.models.retriever import RetrieverConfig
 from realm.pretrain.data import DataConfig
 from realm.pretrain.loss import LOSSES
 from realm.pretrain.refresh import RefreshConfig
-from realm.training.loop import LoopConfig
 from realm.training.optim import OptimConfig
+from realm.training.scaffold import LoopConfig
 
 
 @dataclass(kw_only=True, slots=True)
 class TrainConfig(LoopConfig):
-    """The pre-training loop: the scaffold's fields (``realm.training.loop``) and what only REALM has."""
+    """The pre-training loop: the scaffold's fields (``realm.training.scaffold``) and what only REALM has."""
 
     run_dir: str = "runs/realm"
     """The run directory shared with the index builder (DESIGN.md section 2)."""
@@ -37,7 +37,7 @@ class TrainConfig(LoopConfig):
     """Search and pack each micro-batch's candidates in a worker thread while the one before it trains (for GPUs,
     where the device otherwise idles through the search). The next step's first micro-batch is then searched with
     the query tower one optimizer step stale; its candidates are still scored by the live towers
-    (``trainer.candidate_prefetch``). Resume stays exact."""
+    (``realm.trainer.candidate_prefetch``). Resume stays exact."""
     init_retriever: str = ""
     """Warm start of both embedders (e.g. the ``retriever`` folder written by ``realm ict``); weights only."""
     init_encoder: str = ""

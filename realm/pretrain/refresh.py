@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from realm.index.build import check_precision
+from realm.index.build_version import check_precision
 
 
 @dataclass(kw_only=True, slots=True)
@@ -22,7 +22,7 @@ class RefreshConfig:
     poll_interval_s: float = 0.5
     """How often the background watcher looks for a newly published index."""
     spawn_builder: bool = False
-    """Start ``index_builder.build`` as a child process (single-machine use); otherwise one runs separately."""
+    """Start ``realm.index_builder.watch`` as a child process (single-machine use); otherwise one runs separately."""
     builder_config: str = "configs/index/default.yaml"
     """Config file of the child builder."""
     builder_num_threads: int = 1
@@ -36,7 +36,7 @@ class RefreshConfig:
     because ``--refresh.builder_devices=7`` parses as one; it is stored as a string.)"""
     builder_precision: str = ""
     """Embedding precision of the child builder ("fp32", "bf16", "fp16"); empty: the builder config's. On GPUs
-    bf16 roughly doubles the refresh rate (``index_builder.build.IndexBuilderConfig.precision``)."""
+    bf16 roughly doubles the refresh rate (``realm.index_builder.watch.IndexBuilderConfig.precision``)."""
     swap_lag: int = -1
     """-1: swap in each index version as soon as every process has loaded it (the fastest; which step a version goes
     live at then depends on how fast the builder runs, so two runs of one seed differ). ``k >= 0``: reproducible

@@ -10,7 +10,7 @@ PREDICTION_COLUMNS = ("question", "answers", "prediction", "correct", "predictio
 
 def prediction_rows(records: list[Mapping[str, Any]], num_blocks: int = 5) -> tuple[list[str], list[list[Any]]]:
     """A QA predictions table: the question, gold answers, prediction and, for the top ``num_blocks`` retrieved
-    blocks, title, retriever score and whether it has an answer (``records`` from ``realm.qa.evaluation``)."""
+    blocks, title, retriever score and whether it has an answer (``records`` from ``realm.qa.qa_eval``)."""
     columns = [*PREDICTION_COLUMNS]
     for k in range(num_blocks):
         columns += [f"block{k}_title", f"block{k}_score", f"block{k}_has_answer"]

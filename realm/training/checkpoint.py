@@ -7,7 +7,7 @@ custom objects unpickles with ``weights_only=False``, so the scheduler is not re
 ``trainer_state.json`` (step, index version, running totals), the resolved config, and a process's own tensors
 where a job has some (``rank-N.safetensors``: the pre-training trainer's candidates searched ahead).
 The batch order is a function of (seed, step), so no data-loader state is needed. Every training job writes
-its checkpoints this way (``realm.training.loop``).
+its checkpoints this way (``realm.training.scaffold``).
 """
 
 from __future__ import annotations

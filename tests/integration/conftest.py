@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.synthetic import make_world_data as make_world
+from realm.pipeline.synthetic import make_world_data as make_world
 
 
 @pytest.fixture(scope="session")

@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from finetune.evaluate import main as evaluate_main
-from finetune.train import FinetuneConfig, Finetuner
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.data.blocks import load_blocks
+from realm.finetune.evaluate_qa import main as evaluate_main
+from realm.finetune.train import FinetuneConfig, Finetuner
 from realm.index import versions
 from realm.index.text_bm25 import TextBM25, titled_texts
 from realm.qa.candidates import RetrievalConfig

@@ -26,7 +26,7 @@ def test_two_finetuning_processes_step_like_one_process_with_the_whole_batch(qa_
     cfg.finetune.eval_at_start = False  # one dev evaluation, after the last step
     save_config(cfg, tmp_path / "qa.yaml")
     one, two = tmp_path / "one", tmp_path / "two"
-    run_module("finetune.train", "--config", str(tmp_path / "qa.yaml"), f"--train.run_dir={one}")
+    run_module("realm.finetune.train", "--config", str(tmp_path / "qa.yaml"), f"--train.run_dir={one}")
     proc = launch_two_processes(
         "launch/finetune.sh", "--config", str(tmp_path / "qa.yaml"), f"--train.run_dir={two}", "--train.batch_size=4"
     )

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from finetune.evaluate import main as evaluate_main
-from finetune.train import Finetuner
 from realm.core.errors import run_command
+from realm.finetune.evaluate_qa import main as evaluate_main
+from realm.finetune.train import Finetuner
 from tests.helpers import tiny_qa_config as _config
 
 pytestmark = pytest.mark.slow
@@ -44,7 +44,7 @@ def test_evaluate_reports_a_missing_model_in_one_line(tmp_path: Path, capsys) ->
 
 
 def test_finetune_reports_a_malformed_question_line_before_any_model_work(tmp_path: Path, capsys) -> None:
-    from realm_cli.main import main as realm_main
+    from realm.cli.main import main as realm_main
 
     bad = tmp_path / "q.jsonl"
     bad.write_text('{"question": "Who?", "answers": ["A"]}\n{"question": "Where?"}\n')

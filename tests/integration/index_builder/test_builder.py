@@ -17,11 +17,11 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from index_builder.build import IndexBuilderConfig, main, run_builder
 from realm.core.errors import RunError
 from realm.data.packing import SpecialIds, block_batch
 from realm.index import versions
 from realm.index.mips import BruteForceIndex
+from realm.index_builder.watch import IndexBuilderConfig, main, run_builder
 from realm.models.retriever import Retriever
 from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, ROOT, builder_pids, export_tiny, make_run, subprocess_env
@@ -161,7 +161,7 @@ def test_a_builder_stops_when_the_trainer_that_started_it_dies(run):
     parent = subprocess.Popen(
         [sys.executable, "-c", (
             "import os, subprocess, sys, time; "
-            f"subprocess.Popen([sys.executable, '-m', 'index_builder.build', '--run_dir={run_dir}', "
+            f"subprocess.Popen([sys.executable, '-m', 'realm.index_builder.watch', '--run_dir={run_dir}', "
             "'--poll_interval_s=0.1', f'--parent_pid={os.getpid()}']); time.sleep(600)"
         )],
         cwd=REPO, env=subprocess_env(),

@@ -19,13 +19,13 @@ import pytest
 import torch
 from transformers import AutoTokenizer
 
-from index_builder.build import IndexBuilderConfig, run_builder
 from realm.data.packing import SpecialIds
 from realm.index import versions
-from realm.index.build import publish_embeddings
+from realm.index.build_version import publish_embeddings
 from realm.index.embedding import embed_blocks
 from realm.index.mips import IndexConfig
 from realm.index.shards import SHARDS_PREFIX, read_marker
+from realm.index_builder.watch import IndexBuilderConfig, run_builder
 from realm.models.retriever import Retriever
 from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
@@ -57,7 +57,7 @@ def _free_port() -> int:
 def _builder_args(run_dir: Path, *extra: str) -> list[str]:
     return [
         "-m",
-        "index_builder.build",
+        "realm.index_builder.watch",
         "--config",
         str(REPO / "configs/index/tiny.yaml"),
         "--run_dir",

@@ -23,7 +23,7 @@ def _processes_naming(path) -> list[psutil.Process]:
 def test_trainer_spawns_a_two_process_builder_that_publishes_its_indexes(tiny_world, tmp_path):
     run = tmp_path / "run"
     proc = run_module(
-        "trainer.pretrain",
+        "realm.trainer.pretrain",
         "--config",
         "configs/pretrain/tiny.yaml",
         f"--train.run_dir={run}",

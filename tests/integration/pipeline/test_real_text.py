@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from pipeline.real_text import RealTextConfig, run_real_text
+from realm.cli.real_text import main
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.data.jsonl import iter_jsonl
-from realm_cli.real_text import main
+from realm.pipeline.real_text import RealTextConfig, run_real_text
 from tests.helpers import ROOT
 
 TINY = {
@@ -54,7 +54,8 @@ def test_the_real_text_command_runs_every_stage_on_real_formats(tiny_world, tmp_
     code = main([
         f"--out={out}", f"--corpus.path={tmp_path / 'corpus.json'}", f"--qa.train={tmp_path / 'train.qas'}",
         f"--qa.dev={tmp_path / 'dev.jsonl'}", "--heldout_docs=8", "--max_heldout_sentences=30", "--vocab_size=800",
-        "--tagging.kind=rule", "--warm_start.warmup_steps=4", "--warm_start.ict_steps=4", "--qa_steps=3",
+        "--tagging.kind=rule", "--warm_start.warmup_steps=4", "--warm_start.ict_steps=4", "--pretrain_steps=6",
+        "--qa_steps=3",
         f"--pretrain_overrides={json.dumps(TINY)}", "--warm_start.copy_sentences=120",
         '--warm_start.copy_curriculum=[{"words": 20, "steps": 2}, {"words": 0, "steps": 2, "sentences": 3}]',
     ])  # fmt: skip

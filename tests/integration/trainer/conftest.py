@@ -16,5 +16,5 @@ def straight(tiny_world, tmp_path_factory):
         *data_overrides(tiny_world),
     ]  # fmt: skip
     run = tmp_path_factory.mktemp("straight") / "run"
-    run_module("trainer.pretrain", *common, f"--train.run_dir={run}")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={run}")
     return common, run

@@ -4,8 +4,8 @@ folder left behind by a run that never started."""
 import pytest
 
 from realm.core.errors import run_command
+from realm.trainer.pretrain import main
 from tests.helpers import data_overrides
-from trainer.pretrain import main
 
 TINY = "configs/pretrain/tiny.yaml"
 

@@ -32,7 +32,7 @@ def test_trainer_killed_at_random_moments_leaves_no_process_and_resumes_exactly(
         kill_after = rng.randint(1, 5)  # the kill lands while the trainer works on a later step (or saves, exports)
         extra_delay = rng.uniform(0.0, 0.5)
         trainer = subprocess.Popen(
-            [sys.executable, "-m", "trainer.pretrain", *common, f"--train.run_dir={run}"],
+            [sys.executable, "-m", "realm.trainer.pretrain", *common, f"--train.run_dir={run}"],
             cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
         try:
@@ -51,7 +51,7 @@ def test_trainer_killed_at_random_moments_leaves_no_process_and_resumes_exactly(
             trainer.kill()
             for pid in builder_pids(run):
                 os.kill(pid, signal.SIGKILL)
-        run_module("trainer.pretrain", *common, f"--train.run_dir={run}")
+        run_module("realm.trainer.pretrain", *common, f"--train.run_dir={run}")
         for key in ("train/loss", "index/version"):
             a, b = _per_step(straight, key), _per_step(run, key)
             assert sorted(a) == sorted(b) == list(range(1, 7)), (trial, key)
@@ -70,7 +70,7 @@ def test_builder_killed_while_the_trainer_waits_for_an_index_is_restarted_and_th
     common, straight = straight
     run = tmp_path / "run"
     trainer = subprocess.Popen(
-        [sys.executable, "-m", "trainer.pretrain", *common, f"--train.run_dir={run}"],
+        [sys.executable, "-m", "realm.trainer.pretrain", *common, f"--train.run_dir={run}"],
         cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:

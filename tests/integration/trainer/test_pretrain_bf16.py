@@ -11,8 +11,8 @@ from accelerate.state import AcceleratorState
 from realm.core.config import load_config
 from realm.core.logging import read_metrics
 from realm.pretrain.config import PretrainConfig
+from realm.trainer.pretrain_loop import Trainer
 from tests.helpers import data_overrides
-from trainer.loop import Trainer
 
 pytestmark = pytest.mark.slow
 TINY = "configs/pretrain/tiny.yaml"

@@ -56,7 +56,7 @@ def test_two_processes_with_accumulation_step_like_one_process_with_the_whole_ba
         f"--data.sentences={tiny_world['pretrain']}",
     ]
     one, two = tmp_path / "one", tmp_path / "two"
-    run_module("trainer.pretrain", *common, f"--train.run_dir={one}", "--train.batch_size=16")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={one}", "--train.batch_size=16")
     # note: the two-process run searches the very index the first one built (v0 of the same seeded initial weights,
     # checked below), so any difference in losses comes from the training step, not from a rebuilt index
     shutil.copytree(one / "index", two / "index")
@@ -114,7 +114,7 @@ def test_two_processes_with_accumulation_step_like_one_process_with_the_whole_ba
         "--train.stop_at_step=2",
     )
     proc = run_module(
-        "trainer.pretrain",
+        "realm.trainer.pretrain",
         *common,
         f"--train.run_dir={resumed}",
         "--train.batch_size=16",

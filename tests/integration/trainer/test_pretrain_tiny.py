@@ -25,7 +25,7 @@ def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, 
     run = tmp_path / "run"
     run.mkdir()  # a builder refuses a run directory that does not exist (a mistyped path would wait forever)
     builder = subprocess.Popen(
-        [sys.executable, "-m", "index_builder.build", "--config", "configs/index/tiny.yaml", f"--run_dir={run}"],
+        [sys.executable, "-m", "realm.index_builder.watch", "--config", "configs/index/tiny.yaml", f"--run_dir={run}"],
         cwd=ROOT,
         env=subprocess_env(),
         stdout=subprocess.PIPE,
@@ -34,7 +34,7 @@ def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, 
     )
     try:
         proc = run_module(
-            "trainer.pretrain",
+            "realm.trainer.pretrain",
             "--config",
             TINY,
             f"--train.run_dir={run}",
@@ -64,7 +64,7 @@ def test_trainer_and_separate_builder_train_refresh_save_and_resume(tiny_world, 
 
     # resume to 8 steps: exactly 2 more, from the newest complete checkpoint
     proc = run_module(
-        "trainer.pretrain",
+        "realm.trainer.pretrain",
         "--config",
         TINY,
         f"--train.run_dir={run}",
@@ -81,8 +81,8 @@ def test_stopped_and_resumed_run_reaches_the_same_losses(tiny_world, tmp_path):
     common = ["--config", TINY, "--train.log_interval=1", "--train.save_interval=100",
               "--optim.retriever_warmup_steps=4", *data_overrides(tiny_world)]  # fmt: skip
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    run_module("trainer.pretrain", *common, f"--train.run_dir={straight}")
-    run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}", "--train.stop_at_step=3")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={straight}")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={interrupted}", "--train.stop_at_step=3")
     assert sorted(_losses(interrupted)) == [1, 2, 3]
     # the LR schedule is checkpointed as JSON, never as a pickle accelerate would load with weights_only=False
     checkpoint = interrupted / "checkpoints" / "step-00000003"
@@ -96,7 +96,7 @@ def test_stopped_and_resumed_run_reaches_the_same_losses(tiny_world, tmp_path):
     (interrupted / "index" / "CURRENT").write_text("v-00000004")
     with open(interrupted / "metrics.jsonl", "a") as f:
         f.write(json.dumps({"step": 4, "train/loss": 0.0}) + "\n" + '{"step": 5, "train/lo')  # and a torn line
-    run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={interrupted}")
     records = read_metrics(interrupted / "metrics.jsonl")
     versions = [{r["step"]: r["index/version"] for r in read_metrics(run / "metrics.jsonl") if "index/version" in r}
                 for run in (straight, interrupted)]  # fmt: skip
@@ -121,11 +121,11 @@ def test_prefetched_candidates_resume_exactly(tiny_world, tmp_path):
     common = ["--config", TINY, "--train.log_interval=1", "--train.save_interval=100", "--train.grad_accum_steps=2",
               "--train.prefetch_candidates=true", *data_overrides(tiny_world)]  # fmt: skip
     straight, interrupted = tmp_path / "straight", tmp_path / "interrupted"
-    run_module("trainer.pretrain", *common, f"--train.run_dir={straight}")
-    run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}", "--train.stop_at_step=3")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={straight}")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={interrupted}", "--train.stop_at_step=3")
     choice = load_file(interrupted / "checkpoints" / "step-00000003" / "rank-0.safetensors")
     assert choice["block_ids"].shape == (8, 3) and (choice["block_ids"] >= 0).all()  # 8 queries, K-1 = 3 blocks
-    proc = run_module("trainer.pretrain", *common, f"--train.run_dir={interrupted}")
+    proc = run_module("realm.trainer.pretrain", *common, f"--train.run_dir={interrupted}")
     assert "attached the candidates the checkpoint's run searched ahead" in proc.stderr
     a, b = _losses(straight), _losses(interrupted)
     assert sorted(a) == sorted(b) == [1, 2, 3, 4, 5, 6]
@@ -141,9 +141,9 @@ def test_reproducible_swaps_put_each_index_live_at_its_step_in_every_run(tiny_wo
               "--refresh.max_staleness=100", *data_overrides(tiny_world)]  # fmt: skip
     runs = [tmp_path / name for name in ("a", "b", "resumed")]
     for run in runs[:2]:
-        run_module("trainer.pretrain", *common, f"--train.run_dir={run}")
-    run_module("trainer.pretrain", *common, f"--train.run_dir={runs[2]}", "--train.stop_at_step=3")
-    run_module("trainer.pretrain", *common, f"--train.run_dir={runs[2]}")
+        run_module("realm.trainer.pretrain", *common, f"--train.run_dir={run}")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={runs[2]}", "--train.stop_at_step=3")
+    run_module("realm.trainer.pretrain", *common, f"--train.run_dir={runs[2]}")
     for run in runs:
         versions = {r["step"]: r["index/version"] for r in read_metrics(run / "metrics.jsonl") if "index/version" in r}
         assert versions == {1: 0, 2: 0, 3: 0, 4: 2, 5: 2, 6: 4}, run.name

@@ -7,12 +7,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from finetune.train import Finetuner
 from realm.core.config import load_config
 from realm.core.logging import read_metrics
+from realm.finetune.train import Finetuner
+from realm.warmstart.ict_train import ICTConfig, train_ict
+from realm.warmstart.warmup import WarmupConfig, train_warmup
 from tests.helpers import tiny_qa_config
-from warmstart.ict import ICTConfig, train_ict
-from warmstart.reader import WarmupConfig, train_warmup
 
 STEPS, STOP = 6, 3
 SMALL_BERT = {"hidden_size": 32, "num_layers": 2, "num_heads": 2, "intermediate_size": 64, "dropout": 0.1}

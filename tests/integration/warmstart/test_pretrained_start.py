@@ -13,7 +13,7 @@ from transformers import BertConfig, BertForMaskedLM, BertModel
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.data.vocab import load_tokenizer
-from warmstart.reader import WarmupConfig, train_warmup
+from realm.warmstart.warmup import WarmupConfig, train_warmup
 
 
 def _sentence_transformers_folder(folder: Path, tokenizer_dir: Path, vocab_size: int) -> Path:

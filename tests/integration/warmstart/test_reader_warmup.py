@@ -16,7 +16,7 @@ from realm.data.vocab import load_tokenizer
 from realm.models.encoder import KnowledgeAugmentedEncoder
 from realm.pretrain.loss import marginal_mlm_loss
 from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
-from warmstart.reader import WarmupConfig, train_warmup
+from realm.warmstart.warmup import WarmupConfig, train_warmup
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-import pipeline.demo
+import realm.pipeline.demo
 from tests.helpers import ROOT
 
 sys.path.insert(0, str(ROOT / "bench"))  # note: evidence.py imports its sibling ``harness`` first, as a script does
@@ -56,10 +56,10 @@ def test_ict_steps_reach_the_shared_start(monkeypatch, tmp_path):
         return SimpleNamespace(encoder=out / "warmup" / "encoder", retriever=out / "ict" / "retriever", seconds={})
 
     files = {name: tmp_path / f"{name}.jsonl" for name in ("pretrain", "heldout")}
-    # note: the shared start is the demo's own (pipeline.demo), only its stages stubbed
-    monkeypatch.setattr(pipeline.demo, "make_world_data",
+    # note: the shared start is the demo's own (realm.pipeline.demo), only its stages stubbed
+    monkeypatch.setattr(realm.pipeline.demo, "make_world_data",
                         lambda *a: {**files, "tokenizer": tmp_path / "tok", "blocks": tmp_path / "b"})  # fmt: skip
-    monkeypatch.setattr(pipeline.demo, "warm_start", fake_warm_start)
+    monkeypatch.setattr(realm.pipeline.demo, "warm_start", fake_warm_start)
     paths = evidence.prepare(tmp_path, seed=0, entities=8, ict_steps=40)
     assert seen["ict_steps"] == 40 and paths["retriever"] == tmp_path / "ict" / "retriever"
     evidence.prepare(tmp_path, seed=0, entities=8)

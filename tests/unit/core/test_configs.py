@@ -3,15 +3,15 @@
 
 import pytest
 
-from finetune.train import FinetuneConfig
-from index_builder.build import IndexBuilderConfig
-from pipeline.real_text import RealTextConfig
 from realm.core.config import load_config, parse_overrides
 from realm.core.errors import ConfigError
+from realm.finetune.train import FinetuneConfig
+from realm.index_builder.watch import IndexBuilderConfig
+from realm.pipeline.real_text import RealTextConfig
 from realm.pretrain.config import PretrainConfig
+from realm.warmstart.ict_train import ICTConfig
+from realm.warmstart.warmup import WarmupConfig
 from tests.helpers import ROOT
-from warmstart.ict import ICTConfig
-from warmstart.reader import WarmupConfig
 
 CONFIGS = ROOT / "configs"
 SCHEMAS = {

@@ -3,7 +3,6 @@ line and exit code 2; other errors keep their traceback. Every job's --help list
 
 import pytest
 
-from finetune.train import main as finetune_main
 from realm.core.config import config_from_command_line
 from realm.core.errors import (
     ArgumentError,
@@ -18,9 +17,10 @@ from realm.core.errors import (
 )
 from realm.data.blocks import BlocksTokenizerError
 from realm.data.corpus import CorpusError
+from realm.finetune.train import main as finetune_main
 from realm.pretrain.config import PretrainConfig
 from realm.run.live_index import IndexVersionError
-from warmstart.ict import ICTConfig
+from realm.warmstart.ict_train import ICTConfig
 
 
 @pytest.mark.parametrize(
@@ -67,7 +67,7 @@ def test_jobs_share_the_train_and_data_sections():
 
 
 def test_the_builder_refuses_a_run_directory_that_does_not_exist(tmp_path, capsys):
-    from realm_cli.main import main
+    from realm.cli.main import main
 
     assert main(["index", f"--run_dir={tmp_path / 'nope'}", "--once=true"]) == 2
     assert f"run_dir {tmp_path / 'nope'} does not exist" in capsys.readouterr().err

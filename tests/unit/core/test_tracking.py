@@ -8,7 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from finetune.evaluate import write_evaluation
 from realm.core.tracking import (
     TrackingConfig,
     accelerator_kwargs,
@@ -20,6 +19,7 @@ from realm.core.tracking import (
     log_builder,
     resolve_wandb_mode,
 )
+from realm.finetune.evaluate_qa import write_evaluation
 from realm.pretrain.retrieval_table import flatten_row, log_retrieval_table
 from realm.run.layout import RETRIEVALS_FILE
 
@@ -100,7 +100,7 @@ PREDICTIONS = [
     {"question": "Where?", "answers": ["Paris"], "prediction": "", "correct": False, "prediction_block": -1,
      "block_ids": [], "titles": [], "scores": [], "has_answer": []},
 ]  # fmt: skip
-"""Two records as ``realm.qa.evaluation.evaluate_qa`` writes them (the second retrieved nothing)."""
+"""Two records as ``realm.qa.qa_eval.evaluate_qa`` writes them (the second retrieved nothing)."""
 
 
 def _files_under(path: Path) -> list[Path]:

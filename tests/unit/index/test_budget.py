@@ -9,7 +9,7 @@ import pytest
 
 from realm.index import versions
 from realm.index.budget import GB, expected_index_bytes, ivf_lists, plan_index
-from realm.index.build import publish_embeddings
+from realm.index.build_version import publish_embeddings
 from realm.index.mips import IndexConfig
 from realm.run import layout, publication
 

@@ -14,7 +14,7 @@ import torch
 
 from realm.index import versions
 from realm.index.budget import expected_index_bytes
-from realm.index.build import publish_embeddings
+from realm.index.build_version import publish_embeddings
 from realm.index.gpu import num_gpus
 from realm.index.mips import BruteForceIndex, FaissIndex, IndexConfig
 from realm.run import layout, publication

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 from transformers import AutoTokenizer
 
-from index_builder.build import IndexBuilderConfig
-from index_builder.sharded import _assemble_and_publish, shard_keys
 from realm.data.packing import SpecialIds
 from realm.index import shards as sh
+from realm.index.builder_group import BuilderGroup, PeerError
 from realm.index.embedding import embed_blocks
-from realm.index.group import BuilderGroup, PeerError
 from realm.index.mips import IndexConfig
+from realm.index_builder.sharded import _assemble_and_publish, shard_keys
+from realm.index_builder.watch import IndexBuilderConfig
 from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, export_tiny, make_run
 

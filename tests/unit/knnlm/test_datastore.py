@@ -14,9 +14,9 @@ from realm.core.errors import ConfigError, InputError, RunError
 from realm.data.corpus import CorpusConfig
 from realm.index.embedding import BuildCancelled
 from realm.index.mips import IndexConfig
-from realm.knnlm import evaluate as ev
-from realm.knnlm.build import build_datastore, read_texts
+from realm.knnlm import perplexity as ev
 from realm.knnlm.datastore import DatastoreConfig, current_version, load_datastore
+from realm.knnlm.datastore_build import build_datastore, read_texts
 from realm.knnlm.learned import LearnedConfig, learned_log_probs, train_learned
 from realm.knnlm.lm import LMConfig, load_causal_lm, score_documents, tokenize_documents
 from realm.run import publication

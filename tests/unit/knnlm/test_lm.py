@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from realm.core.errors import ConfigError, InputError, MissingFileError
-from realm.knnlm import evaluate as ev
+from realm.knnlm import perplexity as ev
 from realm.knnlm.lm import KeyReader, LMConfig, load_causal_lm, score_documents, tokenize_documents, windows
 
 

@@ -90,7 +90,7 @@ def test_pretrain_sh_puts_the_trainer_on_all_gpus_but_the_last_and_the_builder_o
     assert args.endswith("--refresh.spawn_builder=false")  # the last override wins
     devices, args = builder.split(" ", 1)[1].split("|")
     assert builder.startswith("python ") and devices == "3"
-    assert f"-m index_builder.build --config configs/index/default.yaml --run_dir {tmp_path / 'run'}" in args
+    assert f"-m realm.index_builder.watch --config configs/index/default.yaml --run_dir {tmp_path / 'run'}" in args
     assert args.endswith("--device=cuda --precision=bf16")
 
 

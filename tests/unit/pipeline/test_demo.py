@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline import demo
-from pipeline.warm_start import WarmStartConfig
+from realm.pipeline import demo
+from realm.pipeline.warm_start import WarmStartConfig
 from realm.run.layout import SUMMARY_FILE
 from tests.helpers import ROOT
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import warm_start as ws
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.data.blocks import build_blocks_from_config
 from realm.data.corpus import CorpusConfig
 from realm.data.vocab import train_wordpiece
+from realm.pipeline import warm_start as ws
+from realm.warmstart.warmup import WarmupConfig, WarmupTask
 from tests.helpers import ROOT
-from warmstart.reader import WarmupConfig, WarmupTask
 
 
 @pytest.fixture

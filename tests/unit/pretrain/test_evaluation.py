@@ -13,7 +13,7 @@ import torch
 from realm.data.blocks import BLOCK_FEATURES, BlockStore
 from realm.data.packing import SpecialIds
 from realm.models.retriever import RetrieverConfig
-from realm.pretrain.evaluation import evaluate_heldout, heldout_outcomes
+from realm.pretrain.heldout_eval import evaluate_heldout, heldout_outcomes
 
 SPECIAL = SpecialIds(cls=2, sep=3, pad=0, mask=4)
 TITLES = ["A", "A", "B", "B", "C", "D"]

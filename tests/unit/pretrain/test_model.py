@@ -115,7 +115,7 @@ def test_gradients_reach_both_embedders_and_the_encoder(shared):
     model = RealmModel.from_config(config, cfg)
     store, uids = _store()
     batch = _batch([uids[0], uids[1], ""])
-    from realm.pretrain.evaluation import embed_corpus
+    from realm.pretrain.heldout_eval import embed_corpus
 
     index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, SPECIAL, 16))
     from realm.pretrain.candidates import retrieve

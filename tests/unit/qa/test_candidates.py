@@ -16,7 +16,7 @@ from realm.models.reader import ReaderConfig
 from realm.qa.batch import QACollator, QuestionSet
 from realm.qa.candidates import RetrievalConfig
 from realm.qa.datasets import QAExample
-from realm.qa.evaluation import QAContext
+from realm.qa.qa_eval import QAContext
 from realm.qa.spans import Wordpieces
 from tests.unit.conftest import BLOCKS
 

@@ -70,7 +70,7 @@ def test_a_bad_row_names_its_line_or_is_counted(tmp_path, bad, reason):
 
 
 def test_a_dev_file_may_have_another_format_than_the_training_file(tmp_path):
-    from finetune.task import TaskConfig
+    from realm.finetune.task import TaskConfig
 
     (tmp_path / "train.qas").write_text("who wrote hamlet\t['William Shakespeare']\n")
     (tmp_path / "dev.jsonl").write_text('{"question": "where is rome", "answer": ["Italy"]}\n')

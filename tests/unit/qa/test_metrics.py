@@ -218,7 +218,7 @@ def test_aggregate():
 
 
 def test_shards_of_the_questions_are_contiguous_cover_every_row_once_and_differ_by_at_most_one():
-    from realm.qa.evaluation import shard_rows
+    from realm.qa.qa_eval import shard_rows
 
     for n, world in [(33, 2), (7, 3), (2, 4), (0, 2), (100, 8)]:
         shards = [shard_rows(n, r, world) for r in range(world)]
@@ -227,7 +227,7 @@ def test_shards_of_the_questions_are_contiguous_cover_every_row_once_and_differ_
 
 
 def test_qa_metrics_over_records():
-    from realm.qa.evaluation import qa_metrics
+    from realm.qa.qa_eval import qa_metrics
 
     records = [
         {"correct": True, "has_answer": [False, True], "span_in_read_blocks": True},

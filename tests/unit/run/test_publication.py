@@ -15,11 +15,11 @@ import numpy as np
 import pytest
 import torch
 
-from index_builder.build import IndexBuilderConfig, run_builder
 from realm.core.errors import RunError
 from realm.index import versions
-from realm.index.build import publish_embeddings
+from realm.index.build_version import publish_embeddings
 from realm.index.mips import BruteForceIndex, IndexConfig
+from realm.index_builder.watch import IndexBuilderConfig, run_builder
 from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
 
@@ -160,7 +160,7 @@ def _start_builder(run_dir: Path) -> subprocess.Popen:
     cmd = [
         sys.executable,
         "-m",
-        "index_builder.build",
+        "realm.index_builder.watch",
         "--config",
         str(REPO / "configs/index/default.yaml"),
         "--run_dir",

@@ -7,7 +7,7 @@ import pytest
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.pretrain.refresh import RefreshConfig
-from trainer.builder_process import builder_command, builder_env
+from realm.trainer.builder_process import builder_command, builder_env
 
 TRAINER_ENV = {
     "PATH": "/usr/bin",
@@ -43,7 +43,7 @@ def test_one_process_builder_is_a_plain_python_module_run():
     assert cmd == [
         "py",
         "-m",
-        "index_builder.build",
+        "realm.index_builder.watch",
         "--config",
         "configs/index/tiny.yaml",
         "--run_dir=/runs/r",
@@ -57,7 +57,7 @@ def test_n_process_builder_runs_under_a_standalone_torchrun_with_enable_distribu
     cmd, env = _cmd(builder_num_processes=2)
     assert cmd[:7] == ["py", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", "-m"]
     assert cmd[7:] == [
-        "index_builder.build",
+        "realm.index_builder.watch",
         "--config",
         "configs/index/tiny.yaml",
         "--run_dir=/runs/r",
@@ -74,7 +74,9 @@ def test_builder_devices_set_cuda_visible_devices_and_the_cuda_device():
     assert env["CUDA_VISIBLE_DEVICES"] == "6,7" and set(env) == KEPT
     cmd, env = _cmd(builder_devices="7")
     assert (
-        cmd[1:3] == ["-m", "index_builder.build"] and "--device=cuda" in cmd and "--enable_distributed=true" not in cmd
+        cmd[1:3] == ["-m", "realm.index_builder.watch"]
+        and "--device=cuda" in cmd
+        and "--enable_distributed=true" not in cmd
     )
     assert env["CUDA_VISIBLE_DEVICES"] == "7" and not any(a.startswith("--precision") for a in cmd)
     cmd, _ = _cmd(builder_devices="7", builder_precision="bf16")
@@ -105,7 +107,7 @@ def test_bad_builder_settings_are_rejected(bad):
 
 
 def test_a_child_builder_that_dies_is_restarted_then_the_run_stops(tmp_path, caplog):
-    from trainer.builder_process import ChildBuilder
+    from realm.trainer.builder_process import ChildBuilder
 
     # a builder that fails at once: its config file does not exist
     cfg = RefreshConfig(spawn_builder=True, builder_config=str(tmp_path / "missing.yaml"), builder_restarts=2)

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from realm.pretrain.batch import Candidates, RealmBatch
-from trainer.candidate_prefetch import CandidatePipeline
+from realm.trainer.candidate_prefetch import CandidatePipeline
 
 CPU = torch.device("cpu")
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 
-import trainer.index_sync as index_sync
+import realm.trainer.index_sync as index_sync
 from realm.pretrain.refresh import RefreshConfig
-from trainer.builder_process import ChildBuilder
-from trainer.index_sync import IndexSync, RunTotals
+from realm.trainer.builder_process import ChildBuilder
+from realm.trainer.index_sync import IndexSync, RunTotals
 
 
 class FakeWatcher:

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from realm.index import versions
-from realm.index.build import publish_embeddings
+from realm.index.build_version import publish_embeddings
 from realm.index.mips import IndexConfig
 from realm.run import layout, live_index, publication
-from trainer.index_watcher import IndexWatcher
+from realm.trainer.index_watcher import IndexWatcher
 
 POLL_S = 0.01
 
@@ -66,7 +66,7 @@ def test_corrupt_version_is_skipped_and_the_previous_one_stays(tmp_path, watcher
     data = bytearray((bad / versions.EMBEDDINGS_FILE).read_bytes())
     data[-1] ^= 0xFF
     (bad / versions.EMBEDDINGS_FILE).write_bytes(bytes(data))
-    with caplog.at_level(logging.WARNING, logger="trainer.index_watcher"):
+    with caplog.at_level(logging.WARNING, logger="realm.trainer.index_watcher"):
         live_index.set_current_index(tmp_path, bad)
         assert watcher.wait_for(2, timeout_s=0.3) is None
     assert any("skipping index version v-00000002" in r.getMessage() for r in caplog.records)

@@ -7,8 +7,8 @@ from accelerate import Accelerator
 from realm.run.layout import checkpoints_dir
 from realm.run.publication import manifest_problems, read_manifest
 from realm.training.checkpoint import resolve_resume, save_checkpoint
-from realm.training.loop import LoopConfig, TrainingLoop
 from realm.training.optim import OptimConfig
+from realm.training.scaffold import LoopConfig, TrainingLoop
 
 
 def _loop(tmp_path) -> TrainingLoop:

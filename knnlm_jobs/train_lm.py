@@ -11,13 +11,13 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
-from knnlm.evaluate import require
 from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging, set_num_threads
 from realm.data.corpus import CorpusConfig
-from realm.knnlm.build import read_texts
-from realm.knnlm.train_lm import TinyLMConfig, train_tiny_lm
+from realm.knnlm.datastore_build import read_texts
+from realm.knnlm.tiny_lm import TinyLMConfig, train_tiny_lm
+from realm.knnlm_jobs.evaluate_lm import require
 
 
 @dataclass(kw_only=True, slots=True)

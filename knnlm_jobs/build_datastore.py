@@ -2,7 +2,8 @@
 
     realm knnlm build --lm.model=LM_DIR --corpus.path=train.jsonl --out=DATASTORE [--datastore.key_type=attn_output
         --datastore.index.factory=IVF1024,PQ32 --datastore.index.metric=ip --datastore.index.memory_budget_gb=2]
-    torchrun --standalone --nproc_per_node 2 -m knnlm.build --lm.model=... --out=... --enable_distributed=true
+    torchrun --standalone --nproc_per_node 2 -m realm.knnlm_jobs.build_datastore --lm.model=... --out=... \
+        --enable_distributed=true
 
 Output: ``DATASTORE/ds-NNNNNNNN/`` (keys, values, FAISS index, manifest) and ``DATASTORE/CURRENT``; see
 ``realm.knnlm.datastore``. SIGTERM stops it between batches: nothing is published, finished shards are kept and a
@@ -21,16 +22,16 @@ from pathlib import Path
 
 import torch
 
-from knnlm.evaluate import require
 from realm.core.config import config_from_command_line
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, set_num_threads
 from realm.core.process_exit import exit_code_after_run
 from realm.data.corpus import CorpusConfig
-from realm.index.group import BuilderGroup
-from realm.knnlm.build import build_datastore, clean_start
+from realm.index.builder_group import BuilderGroup
 from realm.knnlm.datastore import LOCK_FILE, DatastoreConfig
+from realm.knnlm.datastore_build import build_datastore, clean_start
 from realm.knnlm.lm import LMConfig
+from realm.knnlm_jobs.evaluate_lm import require
 from realm.run import publication
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@
 
 Output: ``OUT/retriever/`` (``Retriever.save_pretrained`` layout, published by rename with a manifest), which
 pre-training reads through ``train.init_retriever``. Checkpoints in ``OUT/checkpoints/`` let a stopped run resume
-exactly (``train.resume``), as every training job does (``realm.training.loop``).
+exactly (``train.resume``), as every training job does (``realm.training.scaffold``).
 """
 
 from __future__ import annotations
@@ -33,9 +33,9 @@ from realm.models.pretrained import load_model_tokenizer
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.ict import ICTCollator, ict_loss
 from realm.training.accelerator import build_accelerator
-from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
 from realm.training.optim import OptimConfig
 from realm.training.sampler import KeyedExamples, StepBatchSampler
+from realm.training.scaffold import LoopConfig, TrainingLoop, iterate, start_job
 
 logger = logging.getLogger(__name__)
 

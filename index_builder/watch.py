@@ -1,6 +1,6 @@
 """The index-builder process: watches ``RUN/retriever/`` and keeps ``RUN/index/`` in step with the newest export.
 
-    python -m index_builder.build --config configs/index/default.yaml --run_dir RUN [--index.factory=HNSW32 ...]
+    python -m realm.index_builder.watch --config configs/index/default.yaml --run_dir RUN [--index.factory=HNSW32 ...]
 
 It polls with a sleep (never a busy loop), always builds the newest export (intermediate ones are skipped: only the
 freshest index matters to the trainer), and exits when the trainer has written ``RUN/DONE`` and everything is
@@ -10,8 +10,9 @@ only leave an unpublished ``.staging-*`` folder that the next start deletes. One
 With ``--enable_distributed=true`` under a launcher, N processes build each version together (``sharded.py``):
 rank 0 holds the lock, polls and decides, every rank embeds its shard of the corpus, rank 0 publishes.
 
-    torchrun --standalone --nproc_per_node 2 -m index_builder.build --config C --run_dir RUN --enable_distributed=true
-    CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc_per_node 4 -m index_builder.build --config C \
+    torchrun --standalone --nproc_per_node 2 -m realm.index_builder.watch --config C --run_dir RUN \
+        --enable_distributed=true
+    CUDA_VISIBLE_DEVICES=4,5,6,7 torchrun --standalone --nproc_per_node 4 -m realm.index_builder.watch --config C \
         --run_dir RUN --enable_distributed=true --device=cuda     # the builder on GPUs 4-7, the trainer on 0-3
 """
 
@@ -30,17 +31,17 @@ from pathlib import Path
 import faiss
 import torch
 
-from index_builder.sharded import build_index_version_sharded
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, MissingFileError, run_command
 from realm.core.logging import init_logging
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
-from realm.index.build import build_index_version, check_precision
+from realm.index.build_version import build_index_version, check_precision
+from realm.index.builder_group import BuilderGroup
 from realm.index.embedding import BuildCancelled
-from realm.index.group import BuilderGroup
 from realm.index.mips import IndexConfig
 from realm.index.shards import remove_shard_folders
+from realm.index_builder.sharded import build_index_version_sharded
 from realm.run import layout, publication
 from realm.run.live_index import current_index_step, remove_if_broken
 

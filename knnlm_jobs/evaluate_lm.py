@@ -32,9 +32,9 @@ from realm.core.tracking import (
 )
 from realm.data.corpus import CorpusConfig
 from realm.index.mips import IndexConfig
-from realm.knnlm import evaluate as ev
-from realm.knnlm.build import read_texts
+from realm.knnlm import perplexity as ev
 from realm.knnlm.datastore import load_datastore
+from realm.knnlm.datastore_build import read_texts
 from realm.knnlm.lm import LMConfig, load_causal_lm, tokenize_documents
 from realm.run.layout import METRICS_FILE, SUMMARY_FILE
 
@@ -79,7 +79,7 @@ class Prepared:
 
 
 def prepare(cfg: Any, job_type: str) -> Prepared:
-    """Loads the LM and datastore, scores the data once (``realm.knnlm.evaluate.collect``), starts the trackers."""
+    """Loads the LM and datastore, scores the data once (``realm.knnlm.perplexity.collect``), starts the trackers."""
     set_num_threads(cfg.num_threads)
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """The ``realm`` command: dispatch, the data-preparation commands, and clear errors from the inspection commands.
 
-Everything runs in-process through ``realm_cli.main.main``; the command modules are imported here, at collection, so each
-test times the command rather than the first import of torch and transformers.
+Everything runs in-process through ``realm.cli.main.main``; the command modules are imported here, at collection, so
+each test times the command rather than the first import of torch and transformers.
 """
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import realm_cli.data  # noqa: F401 - imported at collection (see the module docstring)
-import realm_cli.inspect  # noqa: F401
+import realm.cli.data  # noqa: F401 - imported at collection (see the module docstring)
+import realm.cli.inspect  # noqa: F401
+from realm.cli.main import COMMANDS, main, resolve
 from realm.core.config import save_config
 from realm.pretrain.config import PretrainConfig
-from realm_cli.main import COMMANDS, main, resolve
 from tests.helpers import FIXTURES
 
 DOCS = [
@@ -76,12 +76,16 @@ def test_a_command_group_names_its_subcommands(capsys):
     assert "realm knnlm: a subcommand is needed; one of: train-lm, build, evaluate, sweep" in capsys.readouterr().err
     assert main(["knnlm", "nope"]) == 2
     assert "unknown subcommand 'nope'" in capsys.readouterr().err
+    for flag in ("--help", "-h"):  # as `realm COMMAND --help` does for every other command
+        assert main(["knnlm", flag]) == 0
+        out = capsys.readouterr().out
+        assert "usage: realm knnlm SUBCOMMAND" in out and "sweep" in out and "perplexity with and without" in out
 
 
 def test_every_command_resolves_to_a_function():
     for command in COMMANDS:
         assert callable(resolve(command)), command
-    assert resolve("world") is realm_cli.data.main_world and resolve("inspect") is realm_cli.inspect.main_inspect
+    assert resolve("world") is realm.cli.data.main_world and resolve("inspect") is realm.cli.inspect.main_inspect
 
 
 def test_world_writes_its_files_and_counts(tmp_path, capsys):
@@ -218,9 +222,9 @@ def tiny_run(tmp_path_factory) -> Path:
     from realm.data.packing import SpecialIds
     from realm.data.vocab import load_tokenizer
     from realm.index import versions
-    from realm.index.build import publish_embeddings
+    from realm.index.build_version import publish_embeddings
     from realm.index.mips import IndexConfig
-    from realm.pretrain.evaluation import embed_corpus
+    from realm.pretrain.heldout_eval import embed_corpus
     from realm.pretrain.model import RealmModel
     from realm.run import layout, live_index, publication
 
@@ -321,8 +325,8 @@ def test_evaluate_mlm_reads_bm25s_blocks_with_the_runs_model(tiny_run, tmp_path,
 
 
 def test_inspect_prints_the_same_ranking_from_the_live_and_an_exact_index(tiny_run, capsys):
+    from realm.cli.inspect import _open_index, embed_query
     from realm.pretrain.saved_run import load_run
-    from realm_cli.inspect import _open_index, embed_query
 
     printed = {}
     for which in ("current", "exact"):

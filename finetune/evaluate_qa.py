@@ -17,7 +17,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from finetune.task import TASKS, TaskConfig
 from realm.core.atomic import write_text_atomic
 from realm.core.config import from_dict, load_config
 from realm.core.errors import ArgumentError, run_command
@@ -26,12 +25,13 @@ from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers, log_wandb_table
 from realm.data.blocks import check_blocks_tokenizer
 from realm.data.vocab import load_tokenizer
+from realm.finetune.task import TASKS, TaskConfig
 from realm.index import versions
 from realm.models.reader import ReaderConfig
 from realm.qa.candidates import RetrievalConfig
-from realm.qa.evaluation import DEFAULT_TOP_K, evaluate_qa
 from realm.qa.model import OpenQAModel
 from realm.qa.prediction_table import PREDICTIONS_KEY, prediction_rows
+from realm.qa.qa_eval import DEFAULT_TOP_K, evaluate_qa
 from realm.run import publication
 from realm.training.accelerator import build_accelerator
 
@@ -57,7 +57,7 @@ def write_evaluation(
 
 def load_qa_run(out_dir: str | Path):
     """(model, tokenizer, frozen index, reader config, manifest) of a ``realm finetune`` output folder."""
-    from finetune.setup import MODEL_DIR, qa_context
+    from realm.finetune.setup import MODEL_DIR, qa_context
 
     out = Path(out_dir)
     manifest = publication.read_manifest(out / MODEL_DIR)

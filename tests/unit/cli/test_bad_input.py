@@ -10,15 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
-import realm_cli.data  # noqa: F401 - imported at collection, so each test times the command, not the imports
-import realm_cli.inspect  # noqa: F401
+import realm.cli.data  # noqa: F401 - imported at collection, so each test times the command, not the imports
+import realm.cli.inspect  # noqa: F401
+from realm.cli.inspect import _open_index
+from realm.cli.main import main
 from realm.core.config import load_config, save_config
 from realm.core.errors import RunError
 from realm.data.vocab import train_wordpiece
 from realm.pretrain.config import PretrainConfig
 from realm.run import layout, publication
-from realm_cli.inspect import _open_index
-from realm_cli.main import main
 
 TEXTS = ["Ada Lovelace worked with Charles Babbage.", "The Analytical Engine was a proposed computer."] * 3
 

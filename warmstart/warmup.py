@@ -34,9 +34,9 @@ from realm.models.retriever import RetrieverConfig
 from realm.pretrain.data import prepared_sentences
 from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
 from realm.training.accelerator import build_accelerator
-from realm.training.loop import LoopConfig, TrainingLoop, iterate, start_job
 from realm.training.optim import OptimConfig
 from realm.training.sampler import KeyedExamples, StepBatchSampler
+from realm.training.scaffold import LoopConfig, TrainingLoop, iterate, start_job
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from realm_cli.main import main as realm_main
-from realm_cli.report import main, svg_line_plot
+from realm.cli.main import main as realm_main
+from realm.cli.report import main, svg_line_plot
 
 STEPS = [10, 20, 30, 40]
 TRAIN = {

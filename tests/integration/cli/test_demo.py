@@ -12,7 +12,7 @@ pytestmark = pytest.mark.slow
 def test_demo_writes_summary_with_all_fields(tmp_path):
     run = tmp_path / "demo"
     proc = run_module(
-        "realm_cli.demo",
+        "realm.cli.demo",
         "--out",
         str(run),
         "--entities",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 
 from realm.core.config import load_config
+from realm.pipeline.warm_start import SHAPE_KEYS, encoder_shape, stage_config
 from realm.pretrain.config import PretrainConfig
-from pipeline.warm_start import SHAPE_KEYS, encoder_shape, stage_config
+from realm.warmstart.ict_train import ICTConfig
+from realm.warmstart.warmup import WarmupConfig
 from tests.helpers import ROOT
-from warmstart.ict import ICTConfig
-from warmstart.reader import WarmupConfig
 
 CONFIGS = ROOT / "configs"
 

@@ -15,7 +15,13 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from knnlm.evaluate import (
+from realm.core.atomic import write_text_atomic
+from realm.core.config import config_from_command_line
+from realm.core.errors import ConfigError, run_command
+from realm.core.logging import init_logging
+from realm.core.tracking import log_wandb_table
+from realm.knnlm import perplexity as ev
+from realm.knnlm_jobs.evaluate_lm import (
     SUMMARY_FILE,
     SWEEP_FILE,
     KNNLMEvalConfig,
@@ -23,12 +29,6 @@ from knnlm.evaluate import (
     prepare,
     require,
 )
-from realm.core.atomic import write_text_atomic
-from realm.core.config import config_from_command_line
-from realm.core.errors import ConfigError, run_command
-from realm.core.logging import init_logging
-from realm.core.tracking import log_wandb_table
-from realm.knnlm import evaluate as ev
 
 
 @dataclass(kw_only=True, slots=True)

@@ -45,7 +45,7 @@ def test_the_demo_recipe_learns_at_ci_size(tmp_path):
     run = tmp_path / "demo"
     # note: the timeout only catches a hang (about 5 minutes alone on the slow 2-core machine; twice that beside
     # another job); how fast it runs is not what this test checks
-    run_module("realm_cli.demo", "--out", str(run), *COMMAND, timeout=1800)
+    run_module("realm.cli.demo", "--out", str(run), *COMMAND, timeout=1800)
     summary = json.loads((run / "summary.json").read_text())
     records = read_metrics(run / "metrics.jsonl")
     start = next(r for r in records if r["step"] == 0 and "eval_exact/span_accuracy" in r)

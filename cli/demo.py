@@ -1,8 +1,8 @@
 """``realm demo``: the whole REALM pipeline on the embedded synthetic world, on CPU, with no downloads.
 
 world -> vocabulary -> blocks -> reader warm-up -> ICT -> pre-training (trainer + live index builder) -> held-out
-evaluation -> QA fine-tuning. The stages are ``pipeline.demo``; this command reads its flags into a ``DemoConfig``,
-runs them and prints the table (``RUN/summary.json`` holds the figures).
+evaluation -> QA fine-tuning. The stages are ``realm.pipeline.demo``; this command reads its flags into a
+``DemoConfig``, runs them and prints the table (``RUN/summary.json`` holds the figures).
 """
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from pipeline.demo import DemoConfig, run_demo
-from pipeline.warm_start import WarmStartConfig
+from realm.cli.summary_table import format_rows
 from realm.core.errors import run_command
 from realm.core.logging import init_logging, set_num_threads
-from realm_cli.summary_table import format_rows
+from realm.pipeline.demo import DemoConfig, run_demo
+from realm.pipeline.warm_start import WarmStartConfig
 
 
 def parse_args(argv: list[str] | None) -> tuple[argparse.Namespace, list[str]]:

@@ -21,7 +21,7 @@ from realm.data.packing import pack_single, pad
 from realm.data.sentences import load_jsonl_dataset, prepare_sentences
 from realm.index import versions
 from realm.index.mips import BruteForceIndex, DocumentIndex
-from realm.pretrain.evaluation import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles
+from realm.pretrain.heldout_eval import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles
 from realm.pretrain.saved_run import LoadedRun, load_run
 from realm.run import layout, live_index, publication
 

@@ -1,6 +1,6 @@
 """The pre-training loop: owns the optimizer step, retriever exports, evaluation and checkpoints.
 
-Index refresh is asynchronous: the builder (another process) publishes versions, and ``trainer.index_sync`` swaps
+Index refresh is asynchronous: the builder (another process) publishes versions, and ``realm.trainer.index_sync`` swaps
 them in between steps, agreed across processes, blocking only past ``refresh.max_staleness``.
 """
 
@@ -21,14 +21,14 @@ from realm.core.logging import progress
 from realm.core.tracking import init_trackers
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
-from realm.index.build import blocks_fingerprint
+from realm.index.build_version import blocks_fingerprint
 from realm.index.versions import PublishedIndex
 from realm.models.pretrained import load_model_tokenizer
 from realm.pretrain.batch import RealmBatch
 from realm.pretrain.candidates import attach_chosen, start_search
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.data import prepared_sentences, pretrain_loader
-from realm.pretrain.evaluation import evaluate_heldout, gold_titles
+from realm.pretrain.heldout_eval import evaluate_heldout, gold_titles
 from realm.pretrain.loss import get_loss
 from realm.pretrain.model import RealmModel, build_model
 from realm.pretrain.retrieval_table import log_retrieval_table, retrieval_rows
@@ -45,14 +45,14 @@ from realm.run.layout import (
 )
 from realm.run.live_index import discard_after
 from realm.run.publication import clean_staging
+from realm.trainer.builder_process import ChildBuilder, tracking_args
+from realm.trainer.candidate_prefetch import CandidatePipeline
+from realm.trainer.index_sync import IndexSync, RunTotals
+from realm.trainer.index_watcher import IndexWatcher
 from realm.training.accelerator import build_accelerator
-from realm.training.loop import TrainingLoop, iterate, removed_if_setup_fails, start_job
 from realm.training.optim import retriever_lr
 from realm.training.sampler import check_fills_batch
-from trainer.builder_process import ChildBuilder, tracking_args
-from trainer.candidate_prefetch import CandidatePipeline
-from trainer.index_sync import IndexSync, RunTotals
-from trainer.index_watcher import IndexWatcher
+from realm.training.scaffold import TrainingLoop, iterate, removed_if_setup_fails, start_job
 
 logger = logging.getLogger(__name__)
 
@@ -211,7 +211,7 @@ class Trainer:
                 self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s)
             current = upcoming or next_step_batches()
             # note: up to max_steps, not last_step: a run stopped early searches ahead like an uninterrupted one, and
-            # its checkpoint keeps that choice (exact resume, trainer.candidate_prefetch)
+            # its checkpoint keeps that choice (exact resume, realm.trainer.candidate_prefetch)
             upcoming = next_step_batches() if self.candidates.prefetch and self.step + 1 < cfg.train.max_steps else []
             batch, out = self.optimizer_step(current, following=upcoming[0] if upcoming else None)
             bar.update(1)

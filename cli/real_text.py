@@ -3,7 +3,7 @@
     realm real-text [--config configs/real_text/default.yaml] [--section.key=value ...]
 
 corpus -> vocabulary -> blocks -> cloze sets -> reader warm-up -> ICT -> REALM pre-training (index builder as a child
-process) -> held-out span accuracy -> QA fine-tuning -> exact match. The stages are ``pipeline.real_text``; this
+process) -> held-out span accuracy -> QA fine-tuning -> exact match. The stages are ``realm.pipeline.real_text``; this
 command only reads the config, runs them and prints the table.
 """
 
@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import sys
 
-from pipeline.real_text import RealTextConfig, run_real_text
+from realm.cli.summary_table import format_rows
 from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
-from realm_cli.summary_table import format_rows
+from realm.pipeline.real_text import RealTextConfig, run_real_text
 
 DEFAULT_CONFIG = "configs/real_text/default.yaml"
 

@@ -26,11 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from realm.cli.report_knnlm import is_knnlm_results, knnlm_sections
 from realm.core.atomic import write_text_atomic
 from realm.core.errors import RunError, run_command
 from realm.core.logging import read_metrics
 from realm.run.layout import METRICS_FILE, RETRIEVALS_FILE, SUMMARY_FILE
-from realm_cli.report_knnlm import is_knnlm_results, knnlm_sections
 
 # (title, metric) of the fixed plots; the held-out curve and a recall plot for every eval/gold_recall_at_* key found
 # go after the first three.
@@ -283,7 +283,7 @@ def render_report(
     """The whole HTML page. ``retrievals=None`` means the run has no retrievals.jsonl (said so on the page).
 
     The most recent ``num_retrievals`` samples (the file's last lines) are shown newest first. ``body`` replaces the
-    training plots and retrievals (a kNN-LM results folder: ``realm_cli.report_knnlm``).
+    training plots and retrievals (a kNN-LM results folder: ``realm.cli.report_knnlm``).
     """
     out = [
         "<!DOCTYPE html>",

@@ -1,8 +1,9 @@
 """The builder's processes: one (the default) or N started by a launcher, joined through accelerate.
 
-    torchrun --standalone --nproc_per_node 2 -m index_builder.build --config C --run_dir RUN --enable_distributed=true
+    torchrun --standalone --nproc_per_node 2 -m realm.index_builder.watch --config C --run_dir RUN \
+        --enable_distributed=true
     ACCELERATE_USE_CPU=true accelerate launch --multi_gpu --num_processes 2 --num_machines 1 --mixed_precision no \
-        --dynamo_backend no -m index_builder.build --config C --run_dir RUN --enable_distributed=true
+        --dynamo_backend no -m realm.index_builder.watch --config C --run_dir RUN --enable_distributed=true
 
 Ranks exchange only small control messages (what to build, each shard's report, the build's outcome); the
 embeddings travel through files. Those messages go over a **gloo** group even when the default group is NCCL: gloo

@@ -25,8 +25,8 @@ import numpy as np
 from realm.core.errors import InputError, RunError
 from realm.core.logging import progress
 from realm.data.corpus import CorpusConfig, CorpusStats, read_documents
+from realm.index.builder_group import BuilderGroup, check_reports, shard_report
 from realm.index.embedding import BuildCancelled
-from realm.index.group import BuilderGroup, check_reports, shard_report
 from realm.index.shards import (
     ShardKey,
     assemble,
