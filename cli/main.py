@@ -50,10 +50,13 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def _usage() -> str:
-    lines = ["usage: realm COMMAND [options]", "", "commands:"]
-    lines += [f"  {name:<16} {help_}" for name, (_, help_) in COMMANDS.items()]
-    lines += ["", "Run `realm COMMAND --help` for a command's options."]
+def _usage(group: str = "") -> str:
+    """The command table, or a group's subcommands (``realm knnlm --help``)."""
+    what, prefix = ("SUBCOMMAND", f"{group} ") if group else ("COMMAND", "")
+    lines = [f"usage: realm {prefix}{what} [options]", "", f"{what.lower()}s:"]
+    lines += [f"  {name.removeprefix(prefix):<16} {help_}" for name, (_, help_) in COMMANDS.items()
+              if name.startswith(prefix)]  # fmt: skip
+    lines += ["", f"Run `realm {prefix}{what} --help` for a {what.lower()}'s options."]
     return "\n".join(lines)
 
 
@@ -76,10 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         command, rest = " ".join(argv[:2]), argv[2:]
     subcommands = [name.split(" ", 1)[1] for name in COMMANDS if name.startswith(f"{command} ")]
     if command not in COMMANDS and subcommands and rest[:1] in (["-h"], ["--help"]):
-        width = max(map(len, subcommands))
-        print(f"usage: realm {command} SUBCOMMAND [options]\n\nsubcommands:")
-        print("\n".join(f"  {name:<{width}}  {COMMANDS[f'{command} {name}'][1]}" for name in subcommands))
-        print(f"\nRun `realm {command} SUBCOMMAND --help` for a subcommand's options.")
+        print(_usage(command))
         return 0
     if command not in COMMANDS and subcommands:
         given = f"unknown subcommand {rest[0]!r}" if rest else "a subcommand is needed"

@@ -29,24 +29,29 @@ BENCH = "bench"
 MAX_MODULE_LINES = 400
 
 
+def setup_options() -> configparser.SectionProxy:
+    """setup.cfg's ``[options]``: what ``pip install`` installs, and under which names."""
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    return parser["options"]
+
+
 def package_folders() -> dict[str, Path]:
     """Import package -> its folder, as setup.cfg's ``package_dir`` installs them (``realm.trainer`` is
     ``trainer/``), plus the benchmarks, which are scripts and not installed."""
-    parser = configparser.ConfigParser()
-    parser.read(ROOT / "setup.cfg")
-    pairs = (line.split("=") for line in parser["options"]["package_dir"].strip().splitlines())
+    pairs = (line.split("=") for line in setup_options()["package_dir"].strip().splitlines())
     return {**{name.strip(): ROOT / folder.strip() for name, folder in pairs}, BENCH: ROOT / BENCH}
 
 
 def _modules() -> dict[str, Path]:
     found = {}
     folders = package_folders()
-    nested = [f for f in folders.values() if f != ROOT / "realm"]
+    # note: a mapped folder inside realm/ would be walked twice, under two names
+    assert not any(ROOT / "realm" in folder.parents for folder in folders.values()), folders
     for package, folder in folders.items():
         for path in sorted(folder.rglob("*.py")):
             name = ".".join((package, *path.relative_to(folder).with_suffix("").parts))
             found[name.removesuffix(".__init__")] = path
-    assert not any(ROOT / "realm" in f.parents for f in nested), "a mapped folder inside realm/ is found twice"
     return found
 
 

@@ -3,7 +3,6 @@ a user with ``trainer``, ``finetune`` or ``pipeline`` (all taken on the package 
 
 from __future__ import annotations
 
-import configparser
 import importlib.metadata
 import json
 import subprocess
@@ -11,30 +10,24 @@ import sys
 import textwrap
 
 from tests.helpers import ROOT
-from tests.unit.test_architecture import BENCH, package_folders
+from tests.unit.test_architecture import BENCH, package_folders, setup_options
 
 DISTRIBUTION = "realm-pretrain"
 TAKEN = ("trainer", "finetune", "pipeline", "warmstart", "knnlm", "index_builder", "realm_cli")
 """The top-level names the project once installed; the first three belong to other distributions."""
 
 
-def _options() -> configparser.SectionProxy:
-    parser = configparser.ConfigParser()
-    parser.read(ROOT / "setup.cfg")
-    return parser["options"]
-
-
 def test_the_distribution_installs_realm_as_its_only_top_level_name():
     dist = importlib.metadata.distribution(DISTRIBUTION)
     assert (dist.read_text("top_level.txt") or "").split() == ["realm"]
-    packages = _options()["packages"].split()
+    packages = setup_options()["packages"].split()
     assert {name.split(".")[0] for name in packages} == {"realm"}
 
 
 def test_every_package_folder_is_in_the_wheel():
     """A folder with an ``__init__.py`` under a mapped folder but missing from ``packages`` would install without its
     code: each one must be listed, under its mapped name."""
-    listed = set(_options()["packages"].split())
+    listed = set(setup_options()["packages"].split())
     folders = {name: folder for name, folder in package_folders().items() if name != BENCH}
     expected = {".".join((name, *init.parent.relative_to(folder).parts))
                 for name, folder in folders.items() for init in folder.rglob("__init__.py")}
