@@ -4,13 +4,15 @@
 
 Real text: the 2,067 paragraphs of the 48 SQuAD v1.1 dev articles and the 1,000 FlashRAG Wikipedia passages (grouped
 by their title line), read from ``../shared/data/real`` beside the repository (``--data``). A document is one
-paragraph or passage. Each source is split *by article*: articles in sha256 order of ``source/title``, cut by
-cumulative words into E, held-out evaluation articles (``--eval-share``, 10%), U, in-domain articles the LM never
-trains on (``--unseen-share``, 20%), and T, the rest (70%), the only text the tiny GPT-2 (``realm.knnlm.tiny_lm``)
-and its WordPiece vocabulary see. Perplexity is measured on ``--eval-docs`` documents of E, evenly spread over its
-articles (exact search costs E tokens x datastore entries, so this bounds the run); as many other documents of E's
-articles form V, the validation set on which rows 2 and 3 also choose tau and lambda before reporting on E. T, U,
-T+U (T's documents first), V and E are written as jsonl corpora in ``--work`` (a new temporary folder by default).
+paragraph or passage. Each source is split *by article* (``realm.knnlm.splits``): articles in sha256 order of
+``source/title``, cut by cumulative words into E, held-out evaluation articles (``--eval-share``, 10%), V, validation
+articles (``--valid-share``, 5%), U, in-domain articles the LM never trains on (``--unseen-share``, 20%), and T, the
+rest (65%), the only text the tiny GPT-2 (``realm.knnlm.tiny_lm``) and its WordPiece vocabulary see; no title is in
+two splits. Perplexity is measured on ``--eval-docs`` documents of E, evenly spread over its articles (exact search
+costs E tokens x datastore entries, so this bounds the run); rows 2 and 3 also choose tau and lambda on as many
+documents of V (articles disjoint from E's) before reporting on E, with a 95% paired-bootstrap interval over E's
+tokens (``realm.knnlm.bootstrap``). T, U, T+U (T's documents first), V and E are written as jsonl corpora in
+``--work`` (a new temporary folder by default).
 
 Every perplexity is over the same tokens of E (``realm.knnlm.perplexity``: one LM pass and one search of k = 1024
 neighbours per datastore; any k, tau, lambda is arithmetic on it). ``/ LM`` is the ratio to row 1 (to the LM's
@@ -22,8 +24,8 @@ Rows (the claims of Khandelwal et al. 2020 and Xu et al. 2023 in brackets):
 2. datastore T, the LM's own training data: k 1024, lambda 0.25, tau 1, L2, exact (Flat), ffn_input keys (lower
    perplexity with no new data: 18.65 -> 16.12 on WikiText-103).
 3. datastore T+U at lambda 0.25 and 0.65 (lower still with in-domain text the LM never trained on).
-4. sweeps of lambda, tau (and the grid's best), k for T and for T+U; T+U subsampled by whole documents to 10%,
-   25%, 50% (perplexity falls as the datastore grows).
+4. sweeps of lambda, tau (and the grid's best, chosen on E itself: optimistic, a description of E), k for T and
+   for T+U; T+U subsampled by whole documents to 10%, 25%, 50% (perplexity falls as the datastore grows).
 5. IVF-PQ over T+U's keys, ``IVF{n},PQ{m}`` with n ~ sqrt(N) and one code byte per 16 dimensions (the paper's
    IVF4096,PQ64 over 1024), at nprobe 8 and 32, with and without exact re-scoring (``recompute``), vs Flat.
 6. key types ffn_input / attn_output / ffn_output (datastore T); L2 vs inner product (ffn_input and L2 best).
@@ -134,6 +136,8 @@ def format_table(table: dict) -> str:
     splits = table["splits"].items()
     sizes = [f"{k} {v['articles']} articles, {v['documents']} docs, {v['tokens']:,} tokens" for k, v in splits]
     lines.append(f"splits by article: {'; '.join(sizes)}")
+    lines.append("rows 2-3 chosen on V: / LM [95% paired-bootstrap interval over E's tokens]; a row 'chosen on E' or "
+                 "'best of the grid' is chosen on the figures it reports (optimistic)")  # fmt: skip
     lines.append("row 9: Z-sentence prompts are sentences of Z, which the datastore holds (the point: recall "
                  "through the datastore); X states no held-out fact, so the LM's weights never saw one; best lambda "
                  "chosen on the same prompts")  # fmt: skip
@@ -147,6 +151,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--data", default=str(REPO.parent / "shared/data/real"), help="holds squad/, wikipedia_passages/")
     p.add_argument("--work", default=None, help="corpora, LMs and datastores (default: a new temporary folder)")
     p.add_argument("--eval-share", type=float, default=0.1, help="E: share of each source's words (whole articles)")
+    p.add_argument("--valid-share", type=float, default=0.05, help="V: share of each source's words (whole articles)")
     p.add_argument("--unseen-share", type=float, default=0.2, help="U: share of each source's words (whole articles)")
     for name, default in SCALES["default"].items():
         note = {"max_docs": " (T+U documents; 0: all)", "eval_docs": " (0: all of E)"}.get(name, "")

@@ -1,15 +1,16 @@
 """``bench/knnlm.py``'s real text: SQuAD dev's paragraphs and the FlashRAG passages, split by article into T (the LM's
-training text), U (unseen in-domain), E (held-out evaluation) and V (validation: other documents of E's articles),
-written as jsonl corpora."""
+training text), U (unseen in-domain), E (held-out evaluation) and V (validation: articles of their own, disjoint from
+E's, where tau and lambda are chosen), written as jsonl corpora."""
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from pathlib import Path
 
 import numpy as np
+
+from realm.knnlm.splits import assign_articles, check_disjoint
 
 
 def load_articles(data: Path) -> dict[str, list[tuple[str, list[str]]]]:
@@ -24,26 +25,27 @@ def load_articles(data: Path) -> dict[str, list[tuple[str, list[str]]]]:
 
 
 def write_splits(args: argparse.Namespace, work: Path) -> dict[str, dict]:
-    """T / U / E by article (see the module docstring), T+U, written as jsonl; their sizes and paths."""
-    splits: dict[str, list[dict]] = {"T": [], "U": [], "E": []}
+    """E / V / U / T by article (``realm.knnlm.splits``), T+U, written as jsonl; their sizes and paths.
+
+    Each source's articles are cut separately (so every split holds both), in sha256 order of ``source/title`` by
+    cumulative words: E ``eval_share``, V ``valid_share``, U ``unseen_share``, T the rest. No title may then be in two
+    splits, across sources too (refused: the same article in SQuAD and in the passages would leak)."""
+    shares = {"E": args.eval_share, "V": args.valid_share, "U": args.unseen_share}
+    splits: dict[str, list[dict]] = {"T": [], "U": [], "E": [], "V": []}
     for source, articles in load_articles(Path(args.data)).items():
-        articles.sort(key=lambda a: hashlib.sha256(f"{source}/{a[0]}".encode()).hexdigest())
-        total, seen = sum(len(t.split()) for _, docs in articles for t in docs), 0
+        words = [(f"{source}/{title}", sum(len(t.split()) for t in docs)) for title, docs in articles]
+        part = assign_articles(words, shares, rest="T")
         for title, docs in articles:
-            fraction = seen / total
-            part = "E" if fraction < args.eval_share else "U" if fraction < args.eval_share + args.unseen_share else "T"
-            seen += sum(len(t.split()) for t in docs)
-            splits[part] += [{"id": f"{source}-{title}-{i}", "title": title, "text": t} for i, t in enumerate(docs)]
+            records = [{"id": f"{source}-{title}-{i}", "title": title, "text": t} for i, t in enumerate(docs)]
+            splits[part[f"{source}/{title}"]] += records
+    check_disjoint({name: [r["title"] for r in records] for name, records in splits.items()})
     if args.max_docs:  # note: T and U keep their shares of the documents, whole articles first
-        unseen = round(args.max_docs * args.unseen_share / (1 - args.eval_share))
+        unseen = round(args.max_docs * args.unseen_share / (1 - args.eval_share - args.valid_share))
         splits["T"], splits["U"] = splits["T"][: args.max_docs - unseen], splits["U"][:unseen]
-    if args.eval_docs and args.eval_docs < len(splits["E"]):  # note: evenly spread over E's articles
-        picks = np.unique(np.linspace(0, len(splits["E"]) - 1, args.eval_docs).round().astype(int))
-        rest = [d for i, d in enumerate(splits["E"]) if i not in set(picks.tolist())]
-        splits["E"] = [splits["E"][i] for i in picks]
-        # note: V, where tau and lambda are chosen: other documents of E's articles, never the ones reported on
-        chosen = np.unique(np.linspace(0, len(rest) - 1, min(args.eval_docs, len(rest))).round().astype(int))
-        splits["V"] = [rest[i] for i in chosen]
+    for name in ("E", "V"):  # note: evenly spread over the split's articles (exact search costs tokens x entries)
+        if args.eval_docs and args.eval_docs < len(splits[name]):
+            picks = np.unique(np.linspace(0, len(splits[name]) - 1, args.eval_docs).round().astype(int))
+            splits[name] = [splits[name][i] for i in picks]
     splits["TU"] = splits["T"] + splits["U"]
     info = {}
     for name, records in splits.items():

@@ -134,7 +134,7 @@ def smollm_rows(args: argparse.Namespace, work: Path, splits: dict[str, dict], a
         value = ev.score(nb, K, TAU, lam)["ppl_knnlm"]
         add("10", name, where, f"k {K}, lambda {lam}, tau 1, L2, ffn_input", "ppl E", value,
             f"{value / base['ppl_lm']:.3f}")  # fmt: skip
-    best = min(ev.sweep(nb, [K], TAUS, LAMBDAS), key=lambda r: r["ppl_knnlm"])
+    best = ev.best(ev.sweep(nb, [K], TAUS, LAMBDAS))
     add("10", name, where, f"best of the grid: tau {best['tau']}, lambda {best['lambda']} (chosen on E)", "ppl E",
         best["ppl_knnlm"], f"{best['ppl_knnlm'] / base['ppl_lm']:.3f}")  # fmt: skip
     speed = ev.score(nb, K, TAU, LAM)

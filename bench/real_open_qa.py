@@ -3,6 +3,7 @@ own pipeline and commands, the same reader budget for every QA row.
 
     python bench/real_open_qa.py [--work runs/real_open_qa] [--seeds 0 1] [--inits scratch minilm]
                                  [--questions 500] [--qa-rows bm25 start ict realm] [--json PATH] [--set key=value ...]
+                                 [--gpu]
 
 For each init (``scratch``: the demo-sized encoder with the reader warm-up, no contamination; ``minilm``:
 all-MiniLM-L6-v2, a *supervised* init: it was trained on NQ, TriviaQA and SQuAD pairs) and seed, ``run_real_text``
@@ -43,7 +44,7 @@ from retrieval_accuracy import (  # noqa: E402; fmt: skip
     embed_questions,
 )
 
-from realm.core.config import load_config, parse_overrides  # noqa: E402
+from realm.core.config import load_config, parse_overrides, read_yaml  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
@@ -73,6 +74,8 @@ CONFIGS = {"scratch": REPO / "configs/real_text/default.yaml", "minilm": REPO / 
 FULL_LENGTHS = ["--warm_start.warmup_steps=null", "--warm_start.ict_steps=null", "--pretrain_steps=null",
                 "--qa_steps=null"]
 """Every stage at its own config's length (null), where ``realm real-text``'s default cuts them to fit 30 minutes."""
+GPU_CONFIG = REPO / "configs/real_text/gpu.yaml"
+"""``--gpu`` takes this config's ``pretrain_overrides`` (the builder on the trainer's GPU, candidates prefetched)."""
 DENSE = ("start", "ict", "realm")
 QA_ROWS = ("bm25", *DENSE)
 
@@ -84,11 +87,13 @@ def minilm_folder() -> str:
         raise SystemExit(f"{err} (or leave minilm out of --inits)") from None
 
 
-def pipeline_config(init: str, seed: int, work: Path, extra: list[str]) -> RealTextConfig:
-    """The pipeline of one (init, seed); its QA settings are those of every QA row (the bench runs the pipeline
-    itself without QA: ``dataclasses.replace(cfg, qa_steps=0)``)."""
+def pipeline_config(init: str, seed: int, work: Path, extra: list[str], gpu: bool = False) -> RealTextConfig:
+    """The pipeline of one (init, seed), with ``GPU_CONFIG``'s pre-training overrides where ``gpu``; its QA settings
+    are those of every QA row (the bench runs the pipeline itself without QA: ``dataclasses.replace(cfg,
+    qa_steps=0)``)."""
     overrides = {"out": str(work / init / f"seed{seed}"), "seed": seed,
-                 **({"init_from": minilm_folder()} if init == "minilm" else {})}  # fmt: skip
+                 **({"init_from": minilm_folder()} if init == "minilm" else {}),
+                 **({"pretrain_overrides": read_yaml(GPU_CONFIG)["pretrain_overrides"]} if gpu else {})}  # fmt: skip
     return load_config(RealTextConfig, CONFIGS[init], {**parse_overrides(FULL_LENGTHS + extra), **overrides})
 
 
@@ -115,8 +120,9 @@ def retrieval_rows(cfg: RealTextConfig, sets: dict, texts: list[str], bm25: dict
     pretrain = load_config(PretrainConfig, out / CONFIG_FILE)
     tokenizer, blocks = load_tokenizer(pretrain.data.tokenizer), load_blocks(pretrain.data.blocks)
     rows = {}
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # note: 13k blocks x 3 retrievers x seeds, on a GPU
     for name, retriever in retrievers(cfg).items():
-        retriever.eval()
+        retriever.eval().to(device)
         length = pretrain.retriever.max_block_length
         docs = embed_corpus(retriever.doc_embedder, blocks, SpecialIds.of(tokenizer), length)
         rows[name] = {}
@@ -214,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
                              "candidates); none: retrieval and held-out columns only")  # fmt: skip
     parser.add_argument("--set", nargs="*", default=[], help="pipeline overrides, e.g. pretrain_steps=200")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--gpu", action="store_true",
+                        help=f"pre-train with {GPU_CONFIG.relative_to(REPO)}'s overrides: the index builder on the "
+                             "trainer's GPU in bf16, each batch's candidates searched while the one before trains")
     args = parser.parse_args(argv)
     init_logging()
     work = Path(args.work)
@@ -222,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     result, bm25, timing = {"runs": {}, "settings": vars(args)}, {}, {}
     for init in args.inits:
         for seed in args.seeds:
-            cfg = pipeline_config(init, seed, work, extra)
+            cfg = pipeline_config(init, seed, work, extra, args.gpu)
             t = time.perf_counter()
             summary_file = Path(cfg.out) / SUMMARY_FILE
             summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}

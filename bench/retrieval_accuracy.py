@@ -36,11 +36,12 @@ def embed_questions(
     out = torch.empty(len(texts), retriever.query_embedder.projection.out_features)
     was_training = retriever.training
     retriever.eval()
+    device = next(retriever.parameters()).device  # note: the queries go where the model is (a GPU in --gpu)
     bar = progress(len(order), "embedding questions", unit="question")
     for start in range(0, len(order), batch_size):
         rows = order[start : start + batch_size]
         q_ids, q_mask = pad([pack_single(ids[i], special, max_query_length) for i in rows], special.pad)
-        out[torch.from_numpy(rows)] = retriever.embed_queries(q_ids, q_mask).float()
+        out[torch.from_numpy(rows)] = retriever.embed_queries(q_ids.to(device), q_mask.to(device)).float().cpu()
         bar.update(len(rows))
     bar.close()
     retriever.train(was_training)

@@ -13,7 +13,8 @@ realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into b
 realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
 realm inspect RUN "query"       top-k retrieved blocks with their scores
 realm report RUN                self-contained HTML report of a run
-realm knnlm train-lm|build|evaluate|sweep   kNN-LM: tiny causal LM, token datastore, perplexity (knnlm_jobs/)
+realm knnlm train-lm|build|evaluate|sweep|tune|inspect   kNN-LM: tiny causal LM, token datastore, perplexity,
+                                neighbours of a token (knnlm_jobs/)
 
 Commands that run a training job or a process take a YAML config and dotted overrides (``--section.key=value``);
 ``realm COMMAND --help`` lists them. A user error (bad config, data file, missing file or run) is one line on stderr
@@ -47,6 +48,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "knnlm build": ("realm.knnlm_jobs.build_datastore:main", "build a kNN-LM token datastore (1 or N processes)"),
     "knnlm evaluate": ("realm.knnlm_jobs.evaluate_lm:main", "perplexity with and without a kNN-LM datastore"),
     "knnlm sweep": ("realm.knnlm_jobs.sweep:main", "kNN-LM perplexity over a grid of k, tau and lambda"),
+    "knnlm tune": ("realm.knnlm_jobs.tune:main", "choose k, tau, lambda on validation, report test once with a CI"),
+    "knnlm inspect": ("realm.knnlm_jobs.inspect:main", "a token's nearest datastore entries and why it got its p"),
 }
 
 

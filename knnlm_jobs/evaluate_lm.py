@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from accelerate import Accelerator
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from realm.core.atomic import write_text_atomic
 from realm.core.config import config_from_command_line, to_dict
@@ -33,7 +34,7 @@ from realm.core.tracking import (
 from realm.data.corpus import CorpusConfig
 from realm.index.mips import IndexConfig
 from realm.knnlm import perplexity as ev
-from realm.knnlm.datastore import load_datastore
+from realm.knnlm.datastore import Datastore, load_datastore
 from realm.knnlm.datastore_build import read_texts
 from realm.knnlm.lm import LMConfig, load_causal_lm, tokenize_documents
 from realm.run.layout import METRICS_FILE, SUMMARY_FILE
@@ -71,6 +72,16 @@ class KNNLMEvalConfig:
 
 
 @dataclass(slots=True)
+class Loaded:
+    """The LM, its tokenizer, and the datastore checked against it (None: the LM alone) with its manifest fields."""
+
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    store: Datastore | None
+    datastore: dict[str, Any]
+
+
+@dataclass(slots=True)
 class Prepared:
     neighbours: ev.Neighbours
     datastore: dict[str, Any]
@@ -78,24 +89,37 @@ class Prepared:
     metrics: MetricsLogger
 
 
-def prepare(cfg: Any, job_type: str) -> Prepared:
-    """Loads the LM and datastore, scores the data once (``realm.knnlm.perplexity.collect``), starts the trackers."""
+def load(cfg: Any) -> Loaded:
+    """Sets the thread count, loads ``cfg.lm`` and ``cfg.datastore`` (if any) and refuses a datastore of other LM
+    weights."""
     set_num_threads(cfg.num_threads)
-    out = Path(cfg.out)
-    out.mkdir(parents=True, exist_ok=True)
     model, tokenizer = load_causal_lm(cfg.lm)
     store = None
     if cfg.datastore:
         store = load_datastore(cfg.datastore, IndexConfig(nprobe=cfg.nprobe), verify=cfg.verify)
         ev.check_compatible(model, store)
-    docs = tokenize_documents(tokenizer, read_texts(cfg.data))
-    accelerator = Accelerator(cpu=cfg.lm.device == "cpu", **accelerator_kwargs(cfg.tracking, out))
-    init_trackers(accelerator, cfg.tracking, out, to_dict(cfg), job_type=job_type)
-    neighbours = ev.collect(model, docs, cfg.lm, store, cfg.knn)
     info = {name: store.manifest.get(name) for name in _DATASTORE_FIELDS} if store is not None else {}
     if store is not None:
         info["version"] = str(store.path)
-    return Prepared(neighbours, info, accelerator, MetricsLogger(out / METRICS_FILE, accelerator))
+    return Loaded(model, tokenizer, store, info)
+
+
+def start_tracking(cfg: Any, job_type: str) -> tuple[Accelerator, MetricsLogger]:
+    """Creates ``cfg.out``, the run's trackers (W&B / TensorBoard per ``cfg.tracking``) and its metrics log."""
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    accelerator = Accelerator(cpu=cfg.lm.device == "cpu", **accelerator_kwargs(cfg.tracking, out))
+    init_trackers(accelerator, cfg.tracking, out, to_dict(cfg), job_type=job_type)
+    return accelerator, MetricsLogger(out / METRICS_FILE, accelerator)
+
+
+def prepare(cfg: Any, job_type: str) -> Prepared:
+    """Loads the LM and datastore, scores the data once (``realm.knnlm.perplexity.collect``), starts the trackers."""
+    loaded = load(cfg)
+    docs = tokenize_documents(loaded.tokenizer, read_texts(cfg.data))
+    accelerator, metrics = start_tracking(cfg, job_type)
+    neighbours = ev.collect(loaded.model, docs, cfg.lm, loaded.store, cfg.knn)
+    return Prepared(neighbours, loaded.datastore, accelerator, metrics)
 
 
 def finish(prepared: Prepared) -> None:

@@ -9,6 +9,7 @@ PyStemmer are optional packages (``pip install bm25s PyStemmer``), imported only
 
 from __future__ import annotations
 
+import os
 from typing import Sequence
 
 import numpy as np
@@ -27,6 +28,10 @@ class TextBM25:
     """bm25s over ``docs`` (indexed once); ``rank`` gives document numbers (rows of ``docs``), best first."""
 
     def __init__(self, docs: Sequence[str]) -> None:
+        # note: bm25s imports JAX where it is installed (for its top-k), and JAX takes 75% of a GPU's memory when it
+        # first runs; beside a torch trainer or a second bench process on the same GPU that failed cuBLAS's allocation
+        # (H100, two real_open_qa.py seeds side by side). Allocating as needed leaves the GPU to torch.
+        os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
         try:
             import bm25s
             import Stemmer

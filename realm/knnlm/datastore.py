@@ -5,6 +5,8 @@ DATASTORE/                        one folder per datastore, written by one build
   ds-00000001/                    a published version: manifest.json written last, then renamed into place
     keys.npy      [N, D] float16  key of every target token (realm.knnlm.lm key types)
     values.npy    [N]    int32    the token itself
+    doc_starts.npy [M+1] int64    provenance: entry id where each of the M corpus documents starts (optional:
+                                  older datastores lack it; see ``Datastore.locate``)
     index.faiss                   FAISS over the keys (L2 or inner product; exact, IVF-PQ, ... via IndexConfig)
     manifest.json                 LM and corpus fingerprints, key type, metric, factory, sizes, file checksums
   CURRENT                         name of the version readers use (flipped after the publish)
@@ -12,6 +14,10 @@ DATASTORE/                        one folder per datastore, written by one build
                                   crash, removed once published
   .staging-*                      unpublished work; deleted by the next builder, never read
 ```
+
+Entries are the corpus's tokens in order (every document's tokens after its BOS, documents in order), so with
+``doc_starts`` an entry id names its document and position, and the values before it in that document are the text
+its key was computed from: no copy of the text is needed. A datastore without the file reads as before.
 
 Readers only ever open a published version with a manifest whose files match their checksums, so a build killed at
 any point leaves nothing that is used.
@@ -41,6 +47,7 @@ PREFIX = "ds-"
 KEYS_FILE = "keys.npy"
 VALUES_FILE = "values.npy"
 FAISS_FILE = "index.faiss"
+DOC_STARTS_FILE = "doc_starts.npy"
 LOCK_FILE = ".lock"
 # queries whose neighbours' keys are gathered at once when re-scoring exactly: bounds that gather's memory
 # (256 x 1024 neighbours x 128 dims x 4 bytes = 128 MB) whatever the search batch
@@ -97,28 +104,45 @@ def values_of(docs: list[np.ndarray]) -> np.ndarray:
     return np.concatenate(parts).astype(np.int32) if parts else np.empty(0, dtype=np.int32)
 
 
+def doc_starts_of(docs: list[np.ndarray]) -> np.ndarray:
+    """[num_docs + 1] int64: the entry id of each document's first token (``values_of`` order); the last is N."""
+    counts = [max(len(d) - 1, 0) for d in docs]  # note: lm.num_targets; lm is not imported here (DatastoreConfig)
+    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)]).astype(np.int64)
+
+
 def next_version(root: Path) -> Path:
     latest = publication.latest_published(root, PREFIX)
     return root / publication.folder_name(PREFIX, 1 if latest is None else latest[0] + 1)
 
 
 def publish_datastore(
-    root: Path, staging: Path, values: np.ndarray, cfg: DatastoreConfig, manifest: dict[str, Any]
+    root: Path,
+    staging: Path,
+    values: np.ndarray,
+    cfg: DatastoreConfig,
+    manifest: dict[str, Any],
+    doc_starts: np.ndarray | None = None,
 ) -> Path:
-    """Indexes ``staging/keys.npy``, writes the values, publishes ``staging`` as the next version and points
-    CURRENT at it. Call holding ``root/.lock``."""
+    """Indexes ``staging/keys.npy``, writes the values (and ``doc_starts``, the provenance of every entry, when
+    given: ``doc_starts_of``), publishes ``staging`` as the next version and points CURRENT at it. Call holding
+    ``root/.lock``."""
     keys = np.load(staging / KEYS_FILE, mmap_mode="r")
     if len(keys) != len(values):
         raise RunError(f"{staging}: {len(keys)} keys but {len(values)} values; nothing published")
     if len(keys) == 0:
         raise RunError("the corpus has no token to store (every document is empty); nothing published")
     np.save(staging / VALUES_FILE, values)
+    names = [KEYS_FILE, VALUES_FILE, FAISS_FILE]
+    if doc_starts is not None:
+        _check_doc_starts(doc_starts, len(values), staging)
+        np.save(staging / DOC_STARTS_FILE, doc_starts.astype(np.int64))
+        names.append(DOC_STARTS_FILE)  # note: listed with its checksum, so it is verified like every other file
     plan = budget.plan_index(len(keys), keys.shape[1], cfg.index)
     index_cfg = dataclasses.replace(cfg.index, factory=plan.factory)
     logger.info("indexing %d keys of dimension %d with %s (%s)", len(keys), keys.shape[1], plan.factory, plan.reason)
     FaissIndex.build(keys, index_cfg).save(staging / FAISS_FILE)
     del keys
-    files = publication.file_entries(staging, [KEYS_FILE, VALUES_FILE, FAISS_FILE])
+    files = publication.file_entries(staging, names)
     full = {
         **manifest,
         "format": FORMAT,
@@ -137,6 +161,12 @@ def publish_datastore(
     return version
 
 
+def _check_doc_starts(doc_starts: np.ndarray, num_entries: int, where: Path) -> None:
+    if doc_starts.ndim != 1 or len(doc_starts) < 2 or doc_starts[0] != 0 or doc_starts[-1] != num_entries \
+            or np.any(np.diff(doc_starts) < 0):  # fmt: skip
+        raise RunError(f"{where}: {DOC_STARTS_FILE} is not a non-decreasing list from 0 to the {num_entries} entries")
+
+
 def current_version(root: str | Path) -> Path | None:
     """The published version CURRENT names, else the newest published one, else None."""
     root = Path(root)
@@ -150,8 +180,18 @@ def current_version(root: str | Path) -> Path | None:
 class Datastore:
     """A loaded datastore version: k-nearest-neighbour search returning scores and token values."""
 
-    def __init__(self, path: Path, manifest: dict[str, Any], index: FaissIndex, keys: np.ndarray, values: np.ndarray):
+    def __init__(
+        self,
+        path: Path,
+        manifest: dict[str, Any],
+        index: FaissIndex,
+        keys: np.ndarray,
+        values: np.ndarray,
+        doc_starts: np.ndarray | None = None,
+    ):
         self.path, self.manifest, self.index, self.keys, self.values = path, manifest, index, keys, values
+        self.doc_starts = doc_starts
+        """[M + 1] entry id of each corpus document's first token, or None (a datastore built before provenance)."""
         self._values = torch.from_numpy(values.astype(np.int64))
 
     @property
@@ -161,6 +201,30 @@ class Datastore:
     @property
     def metric(self) -> str:
         return self.manifest["metric"]
+
+    @property
+    def has_provenance(self) -> bool:
+        return self.doc_starts is not None
+
+    def locate(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """([n] document, [n] position) of entry ``ids``: the document's index in the datastore's corpus and the
+        position of the entry's token in ``[BOS] tokens`` (1 = the first token; the ``position`` of tokens.jsonl)."""
+        if self.doc_starts is None:
+            raise RunError(f"{self.path} records no provenance ({DOC_STARTS_FILE}); rebuild it to locate entries")
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size and (ids.min() < 0 or ids.max() >= self.num_entries):
+            raise ValueError(f"entry ids must be in 0..{self.num_entries - 1}")
+        # note: "right" then -1 skips documents with no token (their start equals the next one's)
+        docs = np.searchsorted(self.doc_starts, ids, side="right") - 1
+        return docs, ids - self.doc_starts[docs] + 1
+
+    def preceding(self, entry: int, num_tokens: int) -> tuple[np.ndarray, bool]:
+        """(the up to ``num_tokens`` tokens of its document before ``entry``'s token, whether they reach back to the
+        document's start: then BOS + them is all of the document before the token)."""
+        doc, _ = self.locate(np.asarray([entry]))
+        start = int(self.doc_starts[doc[0]])
+        first = max(start, entry - num_tokens)
+        return np.asarray(self.values[first:entry]), entry - num_tokens < start
 
     def _exact_scores(self, queries: Tensor, ids: Tensor) -> Tensor:
         """[Q, k] exact scores of ``ids`` (valid entry ids) from the stored fp16 keys, gathered from the memmap."""
@@ -207,4 +271,8 @@ def load_datastore(root_or_version: str | Path, index_cfg: IndexConfig | None = 
     index.factory = manifest.get("factory", index.factory)  # note: what was built, not the caller's search config
     keys = np.load(version / KEYS_FILE, mmap_mode="r")
     values = np.load(version / VALUES_FILE)
-    return Datastore(version, manifest, index, keys, values)
+    doc_starts = None
+    if DOC_STARTS_FILE in manifest.get("files", {}):
+        doc_starts = np.load(version / DOC_STARTS_FILE)
+        _check_doc_starts(doc_starts, len(values), version)
+    return Datastore(version, manifest, index, keys, values, doc_starts)

@@ -24,7 +24,7 @@ import numpy as np
 
 from realm.core.errors import InputError, RunError
 from realm.core.logging import progress
-from realm.data.corpus import CorpusConfig, CorpusStats, read_documents
+from realm.data.corpus import CorpusConfig, CorpusStats, Document, read_documents
 from realm.index.builder_group import BuilderGroup, check_reports, shard_report
 from realm.index.embedding import BuildCancelled
 from realm.index.shards import (
@@ -49,15 +49,20 @@ from realm.training.optim import model_width
 logger = logging.getLogger(__name__)
 
 
-def read_texts(corpus: CorpusConfig) -> list[str]:
-    """The corpus's document texts, in order; an empty corpus is an error naming the file."""
+def read_corpus(corpus: CorpusConfig) -> list[Document]:
+    """The corpus's documents, in order; an empty corpus is an error naming the file."""
     stats = CorpusStats()
-    texts = [doc.text for doc in read_documents(corpus, stats)]
-    if not any(text.strip() for text in texts):
+    docs = list(read_documents(corpus, stats))
+    if not any(doc.text.strip() for doc in docs):
         raise InputError(f"{corpus.path}: the corpus has no text ({stats.num_records} records, all empty)")
     if stats.num_malformed:
         logger.warning("%s: skipped %d malformed records", corpus.path, stats.num_malformed)
-    return texts
+    return docs
+
+
+def read_texts(corpus: CorpusConfig) -> list[str]:
+    """The corpus's document texts, in order (``read_corpus``)."""
+    return [doc.text for doc in read_corpus(corpus)]
 
 
 def shard_keys(docs: list[np.ndarray], dim: int, world_size: int, source: dict[str, Any]) -> list[ShardKey]:
@@ -152,7 +157,7 @@ def build_datastore(
                 "build_seconds": round(time.time() - started, 3),
             }
             values = ds.values_of(docs)
-            version = ds.publish_datastore(root, staging, values, cfg, manifest)
+            version = ds.publish_datastore(root, staging, values, cfg, manifest, doc_starts=ds.doc_starts_of(docs))
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise

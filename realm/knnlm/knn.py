@@ -33,6 +33,14 @@ def knn_target_log_probs(scores: Tensor, values: Tensor, targets: Tensor, tau: f
     return _normalised(torch.logsumexp(matches, 1), torch.logsumexp(logits, 1)).float()
 
 
+def neighbour_log_weights(scores: Tensor, tau: float = 1.0) -> Tensor:
+    """[Q, K] each neighbour's log share of p_kNN, ``log softmax(scores / tau)`` over the K slots: p_kNN(w) is the sum
+    of the shares of the neighbours whose value is w. Unfilled slots get -inf, a query with none at all -inf too."""
+    _check(scores, scores, tau)
+    logits = scores.double() / tau
+    return _normalised(logits, torch.logsumexp(logits, 1, keepdim=True).expand_as(logits)).float()
+
+
 def _normalised(log_mass: Tensor, log_norm: Tensor) -> Tensor:
     """``log_mass - log_norm``, and -inf (no mass), not NaN, for a query with no neighbour at all (every slot
     unfilled, as an approximate index can leave it)."""
@@ -51,6 +59,30 @@ def knn_log_probs(scores: Tensor, values: Tensor, vocab_size: int, tau: float = 
     sums = torch.zeros_like(out).scatter_add(1, index, shifted)
     out = out + torch.log(sums)
     return _normalised(out, torch.logsumexp(logits, 1, keepdim=True).expand_as(out)).float()
+
+
+def knn_neighbour_log_probs(scores: Tensor, values: Tensor, tau: float = 1.0) -> tuple[Tensor, Tensor]:
+    """([Q, K] token ids, [Q, K] ``log p_kNN`` of each id): p_kNN sparsely, at the (at most K) tokens it gives mass.
+
+    Each slot carries the whole probability of its token, so neighbours sharing a token repeat the same value and
+    a scatter of them into a [Q, V] tensor is deterministic. Equal to ``knn_log_probs(...).gather(1, ids)``, at
+    O(K log K) per query instead of O(V): the tokens are grouped by a sort, not by a vocabulary-wide buffer.
+    """
+    _check(scores, values, tau)
+    logits = scores.double() / tau
+    ids = values.long()
+    sorted_ids, order = ids.sort(dim=1)
+    sorted_logits = logits.gather(1, order)
+    new_run = torch.ones_like(sorted_ids, dtype=torch.bool)
+    new_run[:, 1:] = sorted_ids[:, 1:] != sorted_ids[:, :-1]
+    run = new_run.long().cumsum(1) - 1  # [Q, K] which token group each sorted slot belongs to
+    # note: the same overflow-safe per-group logsumexp as knn_log_probs, over K groups instead of V tokens
+    run_max = torch.full_like(logits, -math.inf).scatter_reduce(1, run, sorted_logits, reduce="amax")
+    shifted = torch.exp(sorted_logits - run_max.gather(1, run)).nan_to_num(0.0)
+    run_log = run_max + torch.log(torch.zeros_like(logits).scatter_add(1, run, shifted))
+    per_slot = torch.empty_like(logits).scatter(1, order, run_log.gather(1, run))
+    norm = torch.logsumexp(logits, 1, keepdim=True).expand_as(per_slot)
+    return ids, _normalised(per_slot, norm).float()
 
 
 def interpolate(lm_log_probs: Tensor, knn_log_probs_: Tensor, lam: float) -> Tensor:

@@ -182,6 +182,13 @@ def sweep(
     return rows
 
 
+def best(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The row of lowest interpolated perplexity (the first of a tie, so grid order breaks ties)."""
+    if not rows:
+        raise ConfigError("no setting to choose from: the grid is empty")
+    return min(rows, key=lambda r: r["ppl_knnlm"])
+
+
 def write_token_records(path: str | Path, neighbours: Neighbours, k: int, tau: float, lam: float) -> None:
     """One JSON line per scored token: document, position, token, p_lm, p_knn, lambda, p (written atomically)."""
     knn_log, mixed = token_log_probs(neighbours, k, tau, lam)

@@ -61,10 +61,6 @@ def prepared_sentences(
     return datasets.load_from_disk(str(target))
 
 
-
-
-
-
 def pretrain_loader(
     rows: datasets.Dataset,
     special: SpecialIds,

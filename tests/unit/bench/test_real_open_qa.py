@@ -3,6 +3,7 @@ them to fit 30 minutes on 2 cores: the bench's figures and the default's cost ar
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import sys
 
@@ -39,3 +40,13 @@ def test_the_default_cuts_every_trained_stage_and_the_bench_restores_each_config
     assert real_open_qa.pipeline_config("scratch", 0, tmp_path, ["--pretrain_steps=7"]).pretrain_steps == 7
     mixed = real_open_qa.pipeline_config("scratch", 0, tmp_path, ["--warm_start.ict_steps=9"]).warm_start
     assert (mixed.warmup_steps, mixed.ict_steps) == (None, 9)
+
+
+def test_gpu_takes_the_gpu_configs_pretraining_overrides_for_every_init_and_nothing_else(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    plain = real_open_qa.pipeline_config("scratch", 0, tmp_path, [])
+    gpu = real_open_qa.pipeline_config("scratch", 0, tmp_path, [], gpu=True)
+    assert not plain.pretrain_overrides
+    assert gpu.pretrain_overrides == read_yaml(ROOT / "configs/real_text/gpu.yaml")["pretrain_overrides"]
+    assert gpu.pretrain_overrides["refresh"]["builder_devices"] == "0"
+    assert dataclasses.replace(gpu, pretrain_overrides=plain.pretrain_overrides) == plain

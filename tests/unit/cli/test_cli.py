@@ -73,7 +73,8 @@ def test_unknown_command_exits_2_with_a_message(capsys):
 
 def test_a_command_group_names_its_subcommands(capsys):
     assert main(["knnlm"]) == 2
-    assert "realm knnlm: a subcommand is needed; one of: train-lm, build, evaluate, sweep" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "realm knnlm: a subcommand is needed; one of: train-lm, build, evaluate, sweep, tune, inspect" in err
     assert main(["knnlm", "nope"]) == 2
     assert "unknown subcommand 'nope'" in capsys.readouterr().err
     for flag in ("--help", "-h"):  # as `realm COMMAND --help` does for every other command

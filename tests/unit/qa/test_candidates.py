@@ -2,6 +2,7 @@
 ``attach_blocks`` reads exactly those blocks in that order without searching the index, and a bad setting or a
 missing package is refused with a message that names it."""
 
+import os
 import sys
 
 import numpy as np
@@ -119,3 +120,13 @@ def test_a_missing_bm25s_is_a_user_error_saying_what_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "bm25s", None)  # note: importing a None entry raises ImportError
     with pytest.raises(MissingPackageError, match="pip install bm25s PyStemmer"):
         TextBM25(["a block"])
+
+
+def test_bm25_leaves_the_gpu_to_torch_unless_the_user_set_jax_preallocation(monkeypatch):
+    # note: bm25s imports JAX where installed, and JAX would take 75% of a GPU's memory at its first use
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    TextBM25(["a block about rivers", "a block about mountains"])
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    TextBM25(["a block about rivers"])
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
