@@ -2,10 +2,11 @@
 its masked span occurs in any of the k blocks it reads (its own block is never one), and the span accuracy of the
 sentences whose span is there against those whose span is not.
 
-    python bench/heldout_reachability.py --run runs/roq/scratch/seed0 [--max-examples 1000] [--json out.json]
+    python bench/heldout_reachability.py --run runs/roq/scratch/seed0 [--ks 4 8 16] [--max-examples 1000] [--json F]
 
 Rows: the run's final model reading its own dense top-k, and the same model reading BM25's top-k over wordpieces of the
-masked sentence (``bm25_retrieval``: the lexical baseline of the held-out column). A span counts as present when its
+masked sentence (``bm25_retrieval``: the lexical baseline of the held-out column), each at every k of ``--ks`` (the
+model reads k blocks and the null document; default: the run's own k). A span counts as present when its
 text occurs in the block's ``title text`` on word boundaries (``contains_answer``), so a present span is one the reader
 could copy; the closed-book column is the null document alone. No assertions: figures for docs/real_text.md.
 """
@@ -13,6 +14,7 @@ could copy; the closed-book column is the null document alone. No assertions: fi
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -21,9 +23,10 @@ from harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 import numpy as np  # noqa: E402
 
 from realm.core.logging import init_logging  # noqa: E402
+from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.index.text_bm25 import titled_texts  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
-from realm.pretrain.heldout_eval import HeldoutOutcomes, bm25_retrieval, heldout_outcomes  # noqa: E402
+from realm.pretrain.heldout_eval import HeldoutOutcomes, bm25_retrieval, embed_corpus, heldout_outcomes  # noqa: E402
 from realm.pretrain.retrieval_table import contains_answer, normalize_answer_text  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
 
@@ -60,6 +63,7 @@ def reachability_row(out: HeldoutOutcomes, present: np.ndarray) -> dict[str, flo
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--run", required=True, help="a pre-training run (e.g. a `realm real-text` output folder)")
+    parser.add_argument("--ks", type=int, nargs="+", default=None, help="blocks read per sentence (default: the run's)")
     parser.add_argument("--max-examples", type=int, default=None, help="default: the run's eval.max_examples")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -75,13 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     titles = run.store.blocks["title"]
     title_of = dict(zip(run.store.blocks["uid"], titles))
     elsewhere = span_elsewhere(spans, [title_of.get(uid) for uid in rows["source_uid"]], texts, titles)
+    dense = BruteForceIndex(embed_corpus(run.model.retriever.doc_embedder, run.store.blocks, run.special,
+                                         cfg.retriever.max_block_length))  # fmt: skip
     table = {}
-    for name, retrieval in (("dense", {}), ("bm25", {"index": bm25, "query_vectors": vectors})):
-        out = heldout_outcomes(run.model, rows, run.store, run.special, cfg.retriever,
-                               batch_size=cfg.eval.batch_size, **retrieval)  # fmt: skip
-        table[name] = reachability_row(out, span_present(out.retrieved, spans, texts))
-    print(f"{args.run} (step {run.step}, k {cfg.retriever.num_retrieved}): {len(spans)} sentences, the span in "
-          f"another article's block for {elsewhere.mean():.3f} of them")
+    for k in args.ks or [cfg.retriever.num_retrieved]:
+        shape = dataclasses.replace(cfg.retriever, num_candidates=k + 1)  # note: k blocks and the null document
+        for name, retrieval in (("dense", {"index": dense}), ("bm25", {"index": bm25, "query_vectors": vectors})):
+            out = heldout_outcomes(run.model, rows, run.store, run.special, shape, batch_size=cfg.eval.batch_size,
+                                   **retrieval)  # fmt: skip
+            table[f"{name} k={k}"] = reachability_row(out, span_present(out.retrieved, spans, texts))
+    print(f"{args.run} (step {run.step}, trained at k {cfg.retriever.num_retrieved}): {len(spans)} sentences, the "
+          f"span in another article's block for {elsewhere.mean():.3f} of them")
     print("| retrieval | span in a read block | accuracy | if present | if absent | closed book | if present "
           "| if absent |")
     print("|---|---|---|---|---|---|---|---|")
@@ -89,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = [row[key] for key in ("span_present", "accuracy", "accuracy_present", "accuracy_absent",
                                       "closed_book", "closed_book_present", "closed_book_absent")]  # fmt: skip
         print(f"| {name} | " + " | ".join("-" if c is None else f"{c:.3f}" for c in cells) + " |")
-    write_json(args.json, {"run": args.run, "step": run.step, "k": cfg.retriever.num_retrieved,
+    write_json(args.json, {"run": args.run, "step": run.step, "trained_k": cfg.retriever.num_retrieved,
                            "span_elsewhere": float(elsewhere.mean()), "rows": table})
     return 0
 
