@@ -27,7 +27,7 @@ from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.index.text_bm25 import titled_texts  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.heldout_eval import HeldoutOutcomes, bm25_retrieval, embed_corpus, heldout_outcomes  # noqa: E402
-from realm.pretrain.retrieval_table import contains_answer, normalize_answer_text  # noqa: E402
+from realm.pretrain.retrieval_table import contains_answer, contains_normalized, normalized_for_search  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
 
 
@@ -40,11 +40,9 @@ def span_present(retrieved: np.ndarray, spans: list[str], texts: list[str]) -> n
 def span_elsewhere(spans: list[str], own: list[str], texts: list[str], titles: list[str]) -> np.ndarray:
     """[N] whether row i's span occurs in any block of another article than its own (title ``own[i]``): the most
     that any retriever could put in front of the reader, its own article being excluded."""
-    padded = [f" {normalize_answer_text(t)} " for t in texts]
-    found = []
-    for span, title in zip(spans, own):
-        needle = f" {normalize_answer_text(span)} "
-        found.append(needle.strip() != "" and any(needle in t for t, tt in zip(padded, titles) if tt != title))
+    searched = [normalized_for_search(t) for t in texts]  # note: once, not once per span
+    found = [any(contains_normalized(t, span) for t, tt in zip(searched, titles) if tt != title)
+             for span, title in zip(spans, own)]  # fmt: skip
     return np.array(found, dtype=bool)
 
 

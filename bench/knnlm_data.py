@@ -10,18 +10,37 @@ from pathlib import Path
 
 import numpy as np
 
+from realm.data.corpus import read_json_object
 from realm.knnlm.splits import assign_articles, check_disjoint
 
 
-def load_articles(data: Path) -> dict[str, list[tuple[str, list[str]]]]:
-    """{source: [(title, [document texts])]}: SQuAD dev's paragraphs and the FlashRAG passages by title."""
-    squad = json.loads((data / "squad/dev-v1.1.json").read_text())["data"]
-    passages: dict[str, list[str]] = {}
-    for line in (data / "wikipedia_passages/sample_data.jsonl").read_text().splitlines():
-        title, _, body = json.loads(line)["contents"].partition("\n")
-        passages.setdefault(title.strip().strip('"'), []).append(body)
-    squad_articles = [(a["title"], [p["context"] for p in a["paragraphs"]]) for a in squad]
-    return {"squad": squad_articles, "wiki": list(passages.items())}
+def load_articles(data: Path, sources: list[str]) -> dict[str, list[tuple[str, list[str]]]]:
+    """{source: [(title, [document texts])]} of ``sources``: SQuAD dev's paragraphs (squad), the FlashRAG passages by
+    title (wiki), the Vital Articles' lead sections, one document each (vital). Titles are compared with
+    underscores as spaces, case-folded: a Vital article already in another source is left out (its lead section
+    would repeat that article's text in another split)."""
+    out: dict[str, list[tuple[str, list[str]]]] = {}
+    if "squad" in sources:
+        squad = json.loads((data / "squad/dev-v1.1.json").read_text())["data"]
+        out["squad"] = [(a["title"], [p["context"] for p in a["paragraphs"]]) for a in squad]
+    if "wiki" in sources:
+        passages: dict[str, list[str]] = {}
+        for line in (data / "wikipedia_passages/sample_data.jsonl").read_text().splitlines():
+            title, _, body = json.loads(line)["contents"].partition("\n")
+            passages.setdefault(title.strip().strip('"'), []).append(body)
+        out["wiki"] = list(passages.items())
+    if "vital" in sources:
+        taken = {_key(title) for articles in out.values() for title, _ in articles}
+        vital = [d for d in read_json_object(data / "wikipedia_vital10k/summaries_en-us.json", text_field="extract")
+                 if d.text]  # fmt: skip
+        out["vital"] = [(d.title, [d.text]) for d in vital if _key(d.title) not in taken]
+        left_out = len(vital) - len(out["vital"])
+        print(json.dumps({"vital_articles": len(out["vital"]), "left_out_as_in_another_source": left_out}), flush=True)
+    return out
+
+
+def _key(title: str) -> str:
+    return title.replace("_", " ").strip().casefold()
 
 
 def write_splits(args: argparse.Namespace, work: Path) -> dict[str, dict]:
@@ -32,7 +51,7 @@ def write_splits(args: argparse.Namespace, work: Path) -> dict[str, dict]:
     splits, across sources too (refused: the same article in SQuAD and in the passages would leak)."""
     shares = {"E": args.eval_share, "V": args.valid_share, "U": args.unseen_share}
     splits: dict[str, list[dict]] = {"T": [], "U": [], "E": [], "V": []}
-    for source, articles in load_articles(Path(args.data)).items():
+    for source, articles in load_articles(Path(args.data), args.sources).items():
         words = [(f"{source}/{title}", sum(len(t.split()) for t in docs)) for title, docs in articles]
         part = assign_articles(words, shares, rest="T")
         for title, docs in articles:

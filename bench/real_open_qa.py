@@ -44,7 +44,7 @@ from retrieval_accuracy import (  # noqa: E402; fmt: skip
     embed_questions,
 )
 
-from realm.core.config import load_config, parse_overrides, read_yaml  # noqa: E402
+from realm.core.config import load_config, merge_sections, parse_overrides, read_yaml  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
@@ -88,13 +88,16 @@ def minilm_folder() -> str:
 
 
 def pipeline_config(init: str, seed: int, work: Path, extra: list[str], gpu: bool = False) -> RealTextConfig:
-    """The pipeline of one (init, seed), with ``GPU_CONFIG``'s pre-training overrides where ``gpu``; its QA settings
-    are those of every QA row (the bench runs the pipeline itself without QA: ``dataclasses.replace(cfg,
-    qa_steps=0)``)."""
+    """The pipeline of one (init, seed), with ``GPU_CONFIG``'s pre-training overrides where ``gpu`` (under the
+    user's own ``--set pretrain_overrides...``, which win key by key); its QA settings are those of every QA row (the
+    bench runs the pipeline itself without QA: ``dataclasses.replace(cfg, qa_steps=0)``)."""
     overrides = {"out": str(work / init / f"seed{seed}"), "seed": seed,
-                 **({"init_from": minilm_folder()} if init == "minilm" else {}),
-                 **({"pretrain_overrides": read_yaml(GPU_CONFIG)["pretrain_overrides"]} if gpu else {})}  # fmt: skip
-    return load_config(RealTextConfig, CONFIGS[init], {**parse_overrides(FULL_LENGTHS + extra), **overrides})
+                 **({"init_from": minilm_folder()} if init == "minilm" else {})}  # fmt: skip
+    user = parse_overrides(FULL_LENGTHS + extra)
+    if gpu:
+        user["pretrain_overrides"] = merge_sections(read_yaml(GPU_CONFIG)["pretrain_overrides"],
+                                                    user.get("pretrain_overrides") or {}, "--set")  # fmt: skip
+    return load_config(RealTextConfig, CONFIGS[init], {**user, **overrides})
 
 
 def block_texts(blocks_dir) -> list[str]:

@@ -3,6 +3,9 @@
     realm knnlm evaluate --lm.model=LM_DIR --datastore=DATASTORE --data.path=heldout.jsonl --out=RESULTS
         [--knn.k=1024 --knn.lambda_=0.25 --knn.tau=1.0 --knn.recompute=true --tracking.report_to=wandb]
 
+On a GPU: ``--lm.device=cuda --knn.gpu_search=true`` runs the LM there and searches the datastore there too
+(faiss-gpu, or exact torch search of a Flat datastore where FAISS is CPU-only; ``realm.index.torch_search``).
+
 Writes ``RESULTS/summary.json`` (perplexities, tokens/s with and without the datastore, the datastore's manifest
 fields), ``RESULTS/tokens.jsonl`` (one line per token: p_lm, p_knn, lambda, p) and ``RESULTS/metrics.jsonl``, and
 reports to W&B / TensorBoard through the run's trackers; ``realm report RESULTS`` plots them. Without
@@ -96,7 +99,8 @@ def load(cfg: Any) -> Loaded:
     model, tokenizer = load_causal_lm(cfg.lm)
     store = None
     if cfg.datastore:
-        store = load_datastore(cfg.datastore, IndexConfig(nprobe=cfg.nprobe), verify=cfg.verify)
+        index_cfg = IndexConfig(nprobe=cfg.nprobe, enable_gpu_search=cfg.knn.gpu_search)
+        store = load_datastore(cfg.datastore, index_cfg, verify=cfg.verify)
         ev.check_compatible(model, store)
     info = {name: store.manifest.get(name) for name in _DATASTORE_FIELDS} if store is not None else {}
     if store is not None:

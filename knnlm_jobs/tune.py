@@ -39,7 +39,7 @@ from realm.core.logging import init_logging
 from realm.core.tracking import TrackingConfig
 from realm.data.corpus import CorpusConfig
 from realm.knnlm import perplexity as ev
-from realm.knnlm.bootstrap import BootstrapConfig, paired_bootstrap
+from realm.knnlm.bootstrap import BootstrapConfig
 from realm.knnlm.datastore import tokens_fingerprint, values_of
 from realm.knnlm.lm import LMConfig, num_targets, tokenize_documents
 from realm.knnlm.overlap import NgramIndex, OverlapConfig, enforce, measure_overlap
@@ -141,14 +141,11 @@ def run(cfg: KNNLMTuneConfig) -> dict[str, Any]:
     checks = check_splits(cfg, loaded, docs, articles)
     accelerator, metrics = start_tracking(cfg, "knnlm_tune")
     valid = ev.collect(loaded.model, docs["validation"], cfg.lm, loaded.store, cfg.knn)
-    grid = ev.sweep(valid, cfg.sweep.ks, cfg.sweep.taus, cfg.sweep.lambdas)
-    chosen = ev.best(grid)
+    chosen, grid = ev.choose(valid, cfg.sweep.ks, cfg.sweep.taus, cfg.sweep.lambdas)
     k, tau, lam = chosen["k"], chosen["tau"], chosen["lambda"]
     del valid  # note: the choice is made; test is scored only now, once, with it
     test = ev.collect(loaded.model, docs["test"], cfg.lm, loaded.store, cfg.knn)
-    _, mixed = ev.token_log_probs(test, k, tau, lam)
-    difference = paired_bootstrap(test.lm_log_probs, mixed, cfg.bootstrap, groups=test.docs)
-    reported = ev.score(test, k, tau, lam)
+    reported, difference = ev.report(test, chosen, cfg.bootstrap)
     result = {
         "protocol": "k, tau and lambda chosen on validation (articles disjoint from test's, leak-checked against the "
                     "datastore); test scored once with them",

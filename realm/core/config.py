@@ -242,6 +242,12 @@ def _merge(base: dict[str, Any], update: dict[str, Any], key: str, origins: _Ori
     return out
 
 
+def merge_sections(base: dict[str, Any], update: dict[str, Any], where: str = "config") -> dict[str, Any]:
+    """``update`` merged into a copy of ``base`` section by section (``update`` wins on a shared key; a section
+    against a scalar is a ``ConfigError`` naming ``where``): how overrides combine with a file's values."""
+    return _merge(base, update, "", _Origins(where))
+
+
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -235,6 +235,16 @@ class FaissIndex:
             out.configure(cfg)
         return out
 
+    def reconstruct(self, ids: np.ndarray) -> np.ndarray:
+        """[n, D] float32: the vectors the index holds for ``ids`` as it stores them (decoded from their codes for a
+        compressed index such as IVF-PQ, so scoring a query against them gives the index's own approximate scores)."""
+        if self.on_gpu:
+            raise ValueError("reconstruct reads a CPU index; this one is searched on GPUs")
+        ivf = self._get_ivf()
+        if ivf is not None and ivf.direct_map.type == faiss.DirectMap.NoMap:
+            ivf.make_direct_map()  # note: IVF lists are searched by list, so an id -> code map is built on first use
+        return self.index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
+
     def save(self, path: str | Path) -> None:
         faiss.write_index(index_gpu.to_cpu(self.index) if self.on_gpu else self.index, str(path))
 

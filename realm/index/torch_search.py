@@ -7,18 +7,25 @@ a search multiplies the queries with each shard a chunk of rows at a time, keeps
 per-chunk candidates into the global top k. Memory per device: its rows in fp16/bf16 plus one [Q, chunk] score
 block, so 13.35M x 128 embeddings take 3.4 GB on one GPU, 0.43 GB each on eight. Scores are accumulated in fp32
 (``torch.matmul`` on fp16 inputs) and returned as float32, best first; ``k`` is clamped to the number of vectors.
-Chosen automatically by ``realm.index.versions.load_index_version`` for an exact (Flat) index with
-``enable_gpu_search`` when CUDA is available and FAISS reports no GPU.
+Chosen by ``searcher`` (for ``realm.index.versions.load_index_version`` and the kNN-LM datastore's
+``load_datastore``) for an exact (Flat) index with ``enable_gpu_search`` when CUDA is available and FAISS reports no
+GPU.
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch import Tensor
 
 from realm.index.gpu import search_gpus
-from realm.index.mips import METRICS
+from realm.index.mips import METRICS, FaissIndex, IndexConfig
+
+logger = logging.getLogger(__name__)
 
 _COPY_ROWS = 1 << 18
 DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}
@@ -105,3 +112,22 @@ class TorchIndex:
 def search_devices() -> list[str]:
     """The CUDA devices this process's index is placed on (``realm.index.gpu.search_gpus``), or [] without CUDA."""
     return [f"cuda:{i}" for i in search_gpus(torch.cuda.device_count())] if torch.cuda.is_available() else []
+
+
+def searcher(
+    index: FaissIndex, vectors: Callable[[], np.ndarray], cfg: IndexConfig | None, where: Path
+) -> FaissIndex | TorchIndex:
+    """What searches a loaded ``index``: the index itself (on CPU, or on the GPUs faiss-gpu put it on), or, with
+    ``cfg.enable_gpu_search`` where FAISS has no GPU support and CUDA has devices, an exact torch search over
+    ``vectors()`` (the same [N, D] rows, memory-mapped) on them. Only for an exact (Flat) index, whose ranking it
+    reproduces; an approximate one stays on FAISS's CPU search, and the log says so."""
+    devices = search_devices()
+    if cfg is None or not cfg.enable_gpu_search or index.on_gpu or not devices:
+        return index
+    if index.factory != "Flat":
+        logger.warning("%s: %s is searched by FAISS on the CPU (no faiss-gpu here; torch search is exact only)",
+                       where, index.factory)  # fmt: skip
+        return index
+    # note: exact search on the GPUs without faiss-gpu: the same ranking as the Flat index, in torch
+    logger.info("%s: exact search with torch on %s (FAISS has no GPU support here)", where, ", ".join(devices))
+    return TorchIndex(vectors(), devices, metric=index.metric)

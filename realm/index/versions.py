@@ -6,7 +6,6 @@ publishing one, and loading one after checking it against its manifest. Which ve
 from __future__ import annotations
 
 import hashlib
-import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,6 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from realm.index import gpu as index_gpu
 from realm.index import torch_search
 from realm.index.mips import FaissIndex, IndexConfig
 from realm.run.layout import INDEX_PREFIX, index_dir
@@ -30,8 +28,6 @@ from realm.run.publication import (
     publish_folder,
     read_manifest,
 )
-
-logger = logging.getLogger(__name__)
 
 EMBEDDINGS_FILE = "embeddings.npy"
 FAISS_FILE = "index.faiss"
@@ -133,11 +129,7 @@ def load_index_version(path: Path, verify: bool = True, cfg: IndexConfig | None 
     except (RuntimeError, ValueError, OSError) as err:
         raise IndexVersionError(f"{path}: cannot read index files: {err}") from err
     index.factory = manifest.get("factory", index.factory)
-    devices = torch_search.search_devices()
-    if cfg is not None and cfg.enable_gpu_search and index_gpu.num_gpus() == 0 and devices and index.factory == "Flat":
-        # note: exact search on the GPUs without faiss-gpu: the same ranking as the Flat index, in torch
-        logger.info("%s: exact search with torch on %s (FAISS has no GPU support here)", path, ", ".join(devices))
-        index = torch_search.TorchIndex(np.load(path / EMBEDDINGS_FILE, mmap_mode="r"), devices, metric=index.metric)
+    index = torch_search.searcher(index, lambda: np.load(path / EMBEDDINGS_FILE, mmap_mode="r"), cfg, path)
     expected = (manifest["num_vectors"], manifest["dim"])
     if (index.num_vectors, index.dim) != expected or block_ids.shape != (expected[0],):
         raise IndexVersionError(
@@ -145,5 +137,3 @@ def load_index_version(path: Path, verify: bool = True, cfg: IndexConfig | None 
             f"manifest says {expected[0]} x {expected[1]}"
         )
     return PublishedIndex(step=int(manifest["step"]), path=path, index=index, manifest=manifest, block_ids=block_ids)
-
-

@@ -37,7 +37,7 @@ import torch
 from torch import Tensor, nn
 
 from realm.core.errors import RunError
-from realm.index import budget
+from realm.index import budget, torch_search
 from realm.index.mips import FaissIndex, IndexConfig
 from realm.run import publication
 
@@ -64,7 +64,9 @@ class DatastoreConfig:
     """What the datastore's keys are and how they are indexed."""
 
     key_type: str = "ffn_input"
-    """ffn_input (kNN-LM's default), attn_output or ffn_output: see realm.knnlm.lm."""
+    """ffn_input (kNN-LM's default), attn_output, ffn_output or h_sm: see realm.knnlm.lm."""
+    layer: int = -1
+    """Decoder block the key is read from (0 = the first, -1 = the last, kNN-LM's choice); h_sm takes -1 only."""
     index: IndexConfig = field(default_factory=_default_index)
     """FAISS index over the keys: ``factory`` ("Flat" exact, "IVF4096,PQ64" as in the paper, ...),
     ``memory_budget_gb`` (chooses exact vs IVF-PQ), ``metric`` ("l2", the paper's default, or "ip"), ``nprobe``."""
@@ -72,10 +74,12 @@ class DatastoreConfig:
     """Published versions kept; older ones are removed after a new one is published."""
 
     def __post_init__(self) -> None:
-        from realm.knnlm.lm import KEY_TYPES  # note: lm imports transformers models; only the name list is needed
+        from realm.knnlm.lm import KEY_TYPES, LAST_LAYER  # note: lm imports transformers; only constants are needed
 
         if self.key_type not in KEY_TYPES:
             raise ValueError(f"key_type must be one of {', '.join(KEY_TYPES)}, got {self.key_type!r}")
+        if self.key_type == "h_sm" and self.layer != LAST_LAYER:
+            raise ValueError("key_type h_sm is read at the output layer: layer must stay -1")
         if self.keep_versions < 1:
             raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
 
@@ -184,7 +188,7 @@ class Datastore:
         self,
         path: Path,
         manifest: dict[str, Any],
-        index: FaissIndex,
+        index: FaissIndex | torch_search.TorchIndex,
         keys: np.ndarray,
         values: np.ndarray,
         doc_starts: np.ndarray | None = None,
@@ -201,6 +205,11 @@ class Datastore:
     @property
     def metric(self) -> str:
         return self.manifest["metric"]
+
+    @property
+    def key_layer(self) -> int:
+        """The decoder block its keys were read from (-1: the last; datastores before the option all used it)."""
+        return int(self.manifest.get("layer", -1))
 
     @property
     def has_provenance(self) -> bool:
@@ -226,11 +235,28 @@ class Datastore:
         first = max(start, entry - num_tokens)
         return np.asarray(self.values[first:entry]), entry - num_tokens < start
 
+    def _scores(self, queries: Tensor, near: np.ndarray, shape: torch.Size) -> Tensor:
+        """[Q, k] scores of the queries against ``near``, the [Q * k, D] keys of their neighbours."""
+        keys = torch.from_numpy(np.asarray(near, dtype=np.float32)).view(*shape, -1)
+        q = queries.float().cpu()[:, None, :]
+        return -((keys - q) ** 2).sum(-1) if self.metric == "l2" else (keys * q).sum(-1)
+
     def _exact_scores(self, queries: Tensor, ids: Tensor) -> Tensor:
         """[Q, k] exact scores of ``ids`` (valid entry ids) from the stored fp16 keys, gathered from the memmap."""
-        near = torch.from_numpy(np.asarray(self.keys[ids.numpy().ravel()], dtype=np.float32)).view(*ids.shape, -1)
-        q = queries.float().cpu()[:, None, :]
-        return -((near - q) ** 2).sum(-1) if self.metric == "l2" else (near * q).sum(-1)
+        return self._scores(queries, self.keys[ids.numpy().ravel()], ids.shape)
+
+    def index_scores(self, queries: Tensor, ids: Tensor) -> Tensor:
+        """[Q, k] the index's own scores of entry ``ids`` ([Q, k], -1: none, scored -inf): the compressed keys' (PQ)
+        scores for an IVF-PQ datastore, so any neighbours (e.g. the exact ones) can be scored the way approximate
+        search scores them (seed 001's exact-neighbours x PQ-scores cell)."""
+        valid = ids >= 0
+        scores = torch.cat([
+            self._scores(queries[first : first + _RECOMPUTE_ROWS],
+                         self.index.reconstruct(ids[first : first + _RECOMPUTE_ROWS].clamp(min=0).numpy().ravel()),
+                         ids[first : first + _RECOMPUTE_ROWS].shape)
+            for first in range(0, len(queries), _RECOMPUTE_ROWS)
+        ])  # fmt: skip
+        return torch.where(valid, scores, torch.full_like(scores, -torch.inf))
 
     def search(self, queries: Tensor, k: int, recompute: bool = False) -> tuple[Tensor, Tensor, Tensor]:
         """[Q, D] queries -> ([Q, k'] scores, [Q, k'] token values, [Q, k'] entry ids), best first, k' = min(k, N).
@@ -270,9 +296,10 @@ def load_datastore(root_or_version: str | Path, index_cfg: IndexConfig | None = 
     index = FaissIndex.load(version / FAISS_FILE, index_cfg)
     index.factory = manifest.get("factory", index.factory)  # note: what was built, not the caller's search config
     keys = np.load(version / KEYS_FILE, mmap_mode="r")
+    searched = torch_search.searcher(index, lambda: keys, index_cfg, version)  # note: GPU search when asked
     values = np.load(version / VALUES_FILE)
     doc_starts = None
     if DOC_STARTS_FILE in manifest.get("files", {}):
         doc_starts = np.load(version / DOC_STARTS_FILE)
         _check_doc_starts(doc_starts, len(values), version)
-    return Datastore(version, manifest, index, keys, values, doc_starts)
+    return Datastore(version, manifest, searched, keys, values, doc_starts)

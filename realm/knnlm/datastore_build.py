@@ -37,6 +37,7 @@ from realm.index.shards import (
 )
 from realm.knnlm import datastore as ds
 from realm.knnlm.lm import (
+    KeyReader,
     LMConfig,
     load_causal_lm,
     num_targets,
@@ -85,12 +86,12 @@ def shard_keys(docs: list[np.ndarray], dim: int, world_size: int, source: dict[s
     return keys
 
 
-def _fill(model, docs, lm_cfg, key_type, should_stop) -> Callable[[np.ndarray], None]:
+def _fill(model, docs, lm_cfg, cfg: ds.DatastoreConfig, should_stop) -> Callable[[np.ndarray], None]:
     def fill(out: np.ndarray) -> None:
         row = 0
         bar = progress(len(out), "datastore keys", unit="tok")
         try:
-            for scored in score_documents(model, docs, lm_cfg, key_type):
+            for scored in score_documents(model, docs, lm_cfg, cfg.key_type, layer=cfg.layer):
                 if should_stop is not None and should_stop():
                     raise BuildCancelled(f"stopped after {row} of {len(out)} keys")
                 out[row : row + len(scored.targets)] = scored.keys.numpy().astype(np.float16)
@@ -120,12 +121,14 @@ def build_datastore(
     root = Path(root)
     started = time.time()
     model, tokenizer = load_causal_lm(lm_cfg)
+    KeyReader(model, cfg.key_type, cfg.layer).close()  # note: a layer the model lacks is refused here, on every rank
     docs = tokenize_documents(tokenizer, read_texts(corpus))
     lm_sha = ds.model_fingerprint(model)
     source = {
         "lm_sha256": lm_sha,
         "corpus_sha256": ds.tokens_fingerprint(docs),
         "key_type": cfg.key_type,
+        "layer": cfg.layer,
         "context_length": lm_cfg.context_length,
         "stride": lm_cfg.stride,
     }
@@ -135,7 +138,7 @@ def build_datastore(
 
     def compute() -> dict[str, Any]:
         mine = docs[own.source["doc_start"] : own.source["doc_end"]]
-        marker, reused = write_shard(own, folder, _fill(model, mine, lm_cfg, cfg.key_type, should_stop))
+        marker, reused = write_shard(own, folder, _fill(model, mine, lm_cfg, cfg, should_stop))
         return {"key": asdict(own), "reused": reused, "seconds": marker.embed_seconds}
 
     reports = group.all_gather(shard_report(group.rank, compute))

@@ -93,7 +93,7 @@ class KNNLogitsProcessor(LogitsProcessor):
         if cfg.enable_fingerprint_check:
             check_compatible(model, store)
         self.store, self.cfg = store, cfg
-        self.reader = KeyReader(model, store.manifest["key_type"])
+        self.reader = KeyReader(model, store.manifest["key_type"], store.key_layer)
 
     def neighbours(self, keys: Tensor) -> tuple[Tensor, Tensor]:
         """[B, D] keys -> ([B, k'] token ids, [B, k'] log p_kNN of each id), k' = min(k, datastore size): the whole

@@ -37,8 +37,13 @@ def neighbour_log_weights(scores: Tensor, tau: float = 1.0) -> Tensor:
     """[Q, K] each neighbour's log share of p_kNN, ``log softmax(scores / tau)`` over the K slots: p_kNN(w) is the sum
     of the shares of the neighbours whose value is w. Unfilled slots get -inf, a query with none at all -inf too."""
     _check(scores, scores, tau)
+    return _log_weights(scores, tau).float()
+
+
+def _log_weights(scores: Tensor, tau: float) -> Tensor:
+    """``neighbour_log_weights`` in float64."""
     logits = scores.double() / tau
-    return _normalised(logits, torch.logsumexp(logits, 1, keepdim=True).expand_as(logits)).float()
+    return _normalised(logits, torch.logsumexp(logits, 1, keepdim=True).expand_as(logits))
 
 
 def _normalised(log_mass: Tensor, log_norm: Tensor) -> Tensor:
@@ -69,20 +74,18 @@ def knn_neighbour_log_probs(scores: Tensor, values: Tensor, tau: float = 1.0) ->
     O(K log K) per query instead of O(V): the tokens are grouped by a sort, not by a vocabulary-wide buffer.
     """
     _check(scores, values, tau)
-    logits = scores.double() / tau
+    weights = _log_weights(scores, tau)
     ids = values.long()
     sorted_ids, order = ids.sort(dim=1)
-    sorted_logits = logits.gather(1, order)
+    sorted_weights = weights.gather(1, order)
     new_run = torch.ones_like(sorted_ids, dtype=torch.bool)
     new_run[:, 1:] = sorted_ids[:, 1:] != sorted_ids[:, :-1]
     run = new_run.long().cumsum(1) - 1  # [Q, K] which token group each sorted slot belongs to
     # note: the same overflow-safe per-group logsumexp as knn_log_probs, over K groups instead of V tokens
-    run_max = torch.full_like(logits, -math.inf).scatter_reduce(1, run, sorted_logits, reduce="amax")
-    shifted = torch.exp(sorted_logits - run_max.gather(1, run)).nan_to_num(0.0)
-    run_log = run_max + torch.log(torch.zeros_like(logits).scatter_add(1, run, shifted))
-    per_slot = torch.empty_like(logits).scatter(1, order, run_log.gather(1, run))
-    norm = torch.logsumexp(logits, 1, keepdim=True).expand_as(per_slot)
-    return ids, _normalised(per_slot, norm).float()
+    run_max = torch.full_like(weights, -math.inf).scatter_reduce(1, run, sorted_weights, reduce="amax")
+    shifted = torch.exp(sorted_weights - run_max.gather(1, run)).nan_to_num(0.0)
+    run_log = run_max + torch.log(torch.zeros_like(weights).scatter_add(1, run, shifted))
+    return ids, torch.empty_like(weights).scatter(1, order, run_log.gather(1, run)).float()
 
 
 def interpolate(lm_log_probs: Tensor, knn_log_probs_: Tensor, lam: float) -> Tensor:
@@ -95,6 +98,25 @@ def interpolate(lm_log_probs: Tensor, knn_log_probs_: Tensor, lam: float) -> Ten
     if lam == 1.0:
         return knn_log_probs_.clone()
     return torch.logaddexp(lm_log_probs + math.log1p(-lam), knn_log_probs_ + math.log(lam))
+
+
+def oracle_log_probs(lm_log_probs: Tensor, knn_log_probs_: Tensor) -> Tensor:
+    """``log max(p_LM, p_kNN)``: the interpolation with the best lambda for each token, chosen knowing the token (the
+    mixture is linear in lambda, so its best is lambda 0 or 1): an upper bound for any adaptive lambda, not a
+    system."""
+    return torch.maximum(lm_log_probs, knn_log_probs_)
+
+
+def recall_at_k(approximate_ids: Tensor, exact_ids: Tensor, k: int) -> float:
+    """Mean over queries of the share of the exact top ``k`` ids (best first, [Q, >=k]) that the approximate search's
+    top ``k`` also holds; unfilled approximate slots (id -1) hold nothing."""
+    if k <= 0 or min(approximate_ids.shape[1], exact_ids.shape[1]) < k:
+        raise ValueError(f"recall@{k} needs at least {k} ids per query from both searches")
+    exact = exact_ids[:, :k].contiguous()
+    approx = approximate_ids[:, :k].sort(dim=1).values  # note: a sorted row answers membership by binary search
+    at = torch.searchsorted(approx, exact).clamp(max=k - 1)
+    found = (approx.gather(1, at) == exact) & (exact >= 0)
+    return float(found.double().sum(1).div(k).mean())
 
 
 def mask_to_k(logits: Tensor, k: int) -> Tensor:

@@ -2,12 +2,14 @@
 predicted from (the datastore key), over windows that cover long documents.
 
 Any Hugging Face causal LM loads by name or local folder (``AutoModelForCausalLM``); the key is read by a forward
-hook on the last decoder block, so no model code is copied or changed. Key types (Khandelwal et al. 2020; Xu et al.
-2023):
+hook on a decoder block (the last one unless ``layer`` names another), so no model code is copied or changed. Key
+types (Khandelwal et al. 2020; Xu et al. 2023):
 
-- ``ffn_input``: the input of the last block's feed-forward sub-layer, after its LayerNorm (kNN-LM's default);
-- ``attn_output``: the output of the last block's attention sub-layer (before the residual sum);
-- ``ffn_output``: the output of the last block's feed-forward sub-layer (before the residual sum).
+- ``ffn_input``: the input of the block's feed-forward sub-layer, after its LayerNorm (kNN-LM's default);
+- ``attn_output``: the output of the block's attention sub-layer (before the residual sum);
+- ``ffn_output``: the output of the block's feed-forward sub-layer (before the residual sum);
+- ``h_sm``: the hidden state the softmax sees, the input of the output embedding (after the final LayerNorm;
+  Xu et al.'s h_sm). It is read from the output layer, so ``layer`` does not apply.
 
 Every document is scored as ``[BOS] tokens``, so every real token is a target and is predicted from the position
 before it. A document longer than the context is cut into windows of ``context_length`` tokens that overlap by
@@ -34,7 +36,8 @@ from transformers import (
 from realm.core.errors import ConfigError, InputError, MissingFileError
 from realm.index.build_version import PRECISIONS, check_precision
 
-KEY_TYPES = ("ffn_input", "attn_output", "ffn_output")
+KEY_TYPES = ("ffn_input", "attn_output", "ffn_output", "h_sm")
+LAST_LAYER = -1
 
 # note: (blocks, attention, feed-forward, the LayerNorm before the feed-forward) by architecture family; the hook
 # reads the LayerNorm's output for ffn_input, and the attention / feed-forward module's output for the others
@@ -136,27 +139,36 @@ def windows(length: int, context_length: int, stride: int) -> list[tuple[int, in
     return out
 
 
-def _find_last_block(model: nn.Module) -> tuple[nn.Module, tuple[str, str, str]]:
+def _find_block(model: nn.Module, layer: int) -> tuple[nn.Module, tuple[str, str, str]]:
     for blocks_path, attn, ffn, ln in _BLOCK_LAYOUTS:
         module: nn.Module | None = model
         for part in blocks_path.split("."):
             module = getattr(module, part, None)
         if isinstance(module, nn.ModuleList) and len(module) > 0:
-            return module[-1], (attn, ffn, ln)
+            if not -len(module) <= layer < len(module):
+                raise ConfigError(f"layer {layer} does not exist: the model has {len(module)} decoder blocks "
+                                  f"(0..{len(module) - 1}, or -1 for the last)")  # fmt: skip
+            return module[layer], (attn, ffn, ln)
     raise InputError(
-        f"{type(model).__name__}: unknown decoder layout, cannot find the last block to read keys from "
+        f"{type(model).__name__}: unknown decoder layout, cannot find the block to read keys from "
         f"(known: GPT-2/GPT-J, GPT-NeoX/Pythia, Llama-like, OPT)"
     )
 
 
 class KeyReader:
-    """Captures the key of every position of the last forward pass with a hook on the last decoder block."""
+    """Captures the key of every position of the last forward pass with a hook on decoder block ``layer`` (or, for
+    ``h_sm``, on the output embedding)."""
 
-    def __init__(self, model: nn.Module, key_type: str) -> None:
+    def __init__(self, model: nn.Module, key_type: str, layer: int = LAST_LAYER) -> None:
         if key_type not in KEY_TYPES:
             raise ConfigError(f"unknown key type {key_type!r}; use one of {', '.join(KEY_TYPES)}")
-        block, (attn, ffn, ln) = _find_last_block(model)
         self.value: Tensor | None = None
+        if key_type == "h_sm":
+            if layer != LAST_LAYER:
+                raise ConfigError("key type h_sm is read at the output layer; layer must stay -1")
+            self._handle = model.get_output_embeddings().register_forward_pre_hook(self._from_input)
+            return
+        block, (attn, ffn, ln) = _find_block(model, layer)
         if key_type == "ffn_input" and getattr(block, ln, None) is not None:
             self._handle = getattr(block, ln).register_forward_hook(self._from_output)
         elif key_type == "ffn_input":
@@ -218,12 +230,13 @@ def score_documents(
     cfg: LMConfig,
     key_type: str = "ffn_input",
     *,
+    layer: int = LAST_LAYER,
     want_keys: bool = True,
 ) -> Iterator[ScoredTokens]:
     """Scores every target token of ``docs`` (``tokenize_documents``), a batch of windows at a time, in document
-    order; keys are read with ``KeyReader`` (``want_keys=False`` skips copying them out)."""
+    order; keys are read with ``KeyReader`` at ``layer`` (``want_keys=False`` skips copying them out)."""
     device = next(model.parameters()).device
-    reader = KeyReader(model, key_type)
+    reader = KeyReader(model, key_type, layer)
     try:
         with torch.inference_mode():
             for batch, inputs in window_batches(model, docs, cfg):

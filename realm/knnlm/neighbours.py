@@ -174,7 +174,7 @@ def inspect_positions(
     position is an ``ArgumentError``).
     """
     positions = check_positions(tokens, positions, where)
-    scored = list(score_documents(model, [tokens], lm_cfg, store.manifest["key_type"]))
+    scored = list(score_documents(model, [tokens], lm_cfg, store.manifest["key_type"], layer=store.key_layer))
     scored_at = torch.cat([s.positions for s in scored])
     # note: score_documents scores every token once, in order, so position p is row p - 1
     assert torch.equal(scored_at, torch.arange(1, len(tokens))), "score_documents skipped or repeated a token"

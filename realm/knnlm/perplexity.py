@@ -26,6 +26,7 @@ from realm.core.atomic import write_text_atomic
 from realm.core.errors import ConfigError
 from realm.core.logging import progress
 from realm.knnlm import knn
+from realm.knnlm.bootstrap import BootstrapConfig, PairedDifference, paired_bootstrap
 from realm.knnlm.datastore import Datastore, model_fingerprint
 from realm.knnlm.lm import LMConfig, num_targets, score_documents
 
@@ -44,6 +45,10 @@ class KNNConfig:
     """Softmax temperature over the neighbours' scores (negative squared distances with L2)."""
     recompute: bool = False
     """Exact scores from the stored keys instead of the index's (approximate, e.g. IVF-PQ) ones."""
+    gpu_search: bool = False
+    """Search the datastore on the GPUs (``realm.index``'s GPU path): through faiss-gpu where it is installed (any
+    index), else an exact (Flat) datastore by torch on the CUDA devices (``realm.index.torch_search``); an IVF-PQ
+    datastore without faiss-gpu stays on FAISS's CPU search. Pair it with ``lm.device=cuda``."""
     search_batch: int = 2048
     """Queries per search call: exact FAISS reads the whole key matrix once per call, so large batches are much
     faster (measured: 6x from 256 to 2048 queries on 300k x 128 keys)."""
@@ -65,6 +70,7 @@ class Neighbours:
     lm_log_probs: Tensor  # [T] float32
     scores: Tensor  # [T, k_max] float32 (-inf: unfilled)
     values: Tensor  # [T, k_max] int32
+    ids: Tensor  # [T, k_max] int64 datastore entry ids (-1: unfilled)
     docs: Tensor  # [T]
     positions: Tensor  # [T]
     lm_seconds: float
@@ -92,8 +98,9 @@ def collect(
     total = int(num_targets(docs).sum())
     if total == 0:
         raise ConfigError("the evaluation set has no token to score (every document is empty)")
-    key_type = store.manifest["key_type"] if store is not None else "ffn_input"
-    parts: dict[str, list[Tensor]] = {name: [] for name in ("targets", "lm", "scores", "values", "docs", "positions")}
+    key_type, layer = (store.manifest["key_type"], store.key_layer) if store is not None else ("ffn_input", -1)
+    names = ("targets", "lm", "scores", "values", "ids", "docs", "positions")
+    parts: dict[str, list[Tensor]] = {name: [] for name in names}
     lm_seconds = search_seconds = 0.0
     bar = progress(total, "kNN-LM evaluation", unit="tok")
     pending: list[Tensor] = []  # keys waiting for a search call of search_batch queries
@@ -102,14 +109,15 @@ def collect(
         started = time.monotonic()
         queries = torch.cat(pending)
         pending.clear()
-        scores, values, _ = store.search(queries, cfg.k, recompute=cfg.recompute)
+        scores, values, ids = store.search(queries, cfg.k, recompute=cfg.recompute)
         parts["scores"].append(scores)
         parts["values"].append(values.to(torch.int32))
+        parts["ids"].append(ids)
         return time.monotonic() - started
 
     started = time.monotonic()
     try:
-        for scored in score_documents(model, docs, lm_cfg, key_type, want_keys=store is not None):
+        for scored in score_documents(model, docs, lm_cfg, key_type, layer=layer, want_keys=store is not None):
             lm_seconds += time.monotonic() - started
             for name, tensor in (("targets", scored.targets), ("lm", scored.lm_log_probs), ("docs", scored.docs),
                                  ("positions", scored.positions)):  # fmt: skip
@@ -130,6 +138,7 @@ def collect(
         lm_log_probs=cat["lm"],
         scores=cat["scores"],
         values=cat["values"],
+        ids=cat["ids"],
         docs=cat["docs"],
         positions=cat["positions"],
         lm_seconds=lm_seconds,
@@ -137,21 +146,22 @@ def collect(
     )
 
 
+def knn_token_log_probs(neighbours: Neighbours, k: int, tau: float) -> Tensor:
+    """[T] log p_kNN of every target with the first ``k`` neighbours (-inf everywhere without a datastore)."""
+    if neighbours.scores.numel() == 0:
+        return torch.full_like(neighbours.lm_log_probs, -math.inf)
+    k = min(k, neighbours.scores.shape[1])
+    return knn.knn_target_log_probs(neighbours.scores[:, :k], neighbours.values[:, :k].long(), neighbours.targets, tau)
+
+
 def token_log_probs(neighbours: Neighbours, k: int, tau: float, lam: float) -> tuple[Tensor, Tensor]:
     """([T] log p_kNN, [T] interpolated log p) with the first ``k`` neighbours."""
-    if neighbours.scores.numel() == 0:
-        knn_log = torch.full_like(neighbours.lm_log_probs, -math.inf)
-    else:
-        k = min(k, neighbours.scores.shape[1])
-        knn_log = knn.knn_target_log_probs(
-            neighbours.scores[:, :k], neighbours.values[:, :k].long(), neighbours.targets, tau
-        )
+    knn_log = knn_token_log_probs(neighbours, k, tau)
     return knn_log, knn.interpolate(neighbours.lm_log_probs, knn_log, lam)
 
 
-def score(neighbours: Neighbours, k: int, tau: float, lam: float) -> dict[str, Any]:
-    """Perplexities of the LM alone, of p_kNN alone and of the interpolation, for one (k, tau, lambda)."""
-    knn_log, mixed = token_log_probs(neighbours, k, tau, lam)
+def _row(neighbours: Neighbours, k: int, tau: float, lam: float, knn_log: Tensor) -> dict[str, Any]:
+    mixed = knn.interpolate(neighbours.lm_log_probs, knn_log, lam)
     n = neighbours.num_tokens
     tokens_per_s = n / max(neighbours.lm_seconds, 1e-9)
     return {
@@ -167,18 +177,24 @@ def score(neighbours: Neighbours, k: int, tau: float, lam: float) -> dict[str, A
     }
 
 
+def score(neighbours: Neighbours, k: int, tau: float, lam: float) -> dict[str, Any]:
+    """Perplexities of the LM alone, of p_kNN alone and of the interpolation, for one (k, tau, lambda)."""
+    return _row(neighbours, k, tau, lam, knn_token_log_probs(neighbours, k, tau))
+
+
 def sweep(
     neighbours: Neighbours, ks: Iterable[int], taus: Iterable[float], lambdas: Iterable[float]
 ) -> list[dict[str, Any]]:
-    """``score`` for every combination (one search serves them all: k must not exceed the collected k)."""
+    """``score`` for every combination (one search serves them all: k must not exceed the collected k; p_kNN is
+    computed once per (k, tau) and shared by every lambda)."""
     k_max = neighbours.scores.shape[1] if neighbours.scores.numel() else 0
     rows = []
     for k in ks:
         if k > k_max:
             raise ConfigError(f"sweep k={k} is more than the {k_max} neighbours collected; raise knn.k")
         for tau in taus:
-            for lam in lambdas:
-                rows.append(score(neighbours, k, tau, lam))
+            knn_log = knn_token_log_probs(neighbours, k, tau)
+            rows.extend(_row(neighbours, k, tau, lam, knn_log) for lam in lambdas)
     return rows
 
 
@@ -187,6 +203,24 @@ def best(rows: list[dict[str, Any]]) -> dict[str, Any]:
     if not rows:
         raise ConfigError("no setting to choose from: the grid is empty")
     return min(rows, key=lambda r: r["ppl_knnlm"])
+
+
+def choose(
+    valid: Neighbours, ks: Iterable[int], taus: Iterable[float], lambdas: Iterable[float]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """(the chosen row, the whole grid): every (k, tau, lambda) scored on the validation tokens, the lowest kNN-LM
+    perplexity chosen. The first half of the tuning protocol; ``report`` is the second."""
+    grid = sweep(valid, ks, taus, lambdas)
+    return best(grid), grid
+
+
+def report(test: Neighbours, chosen: dict[str, Any], cfg: BootstrapConfig) -> tuple[dict[str, Any], PairedDifference]:
+    """(``score`` of ``test`` at the chosen k, tau, lambda; the kNN-LM against the LM alone on test's tokens with
+    its paired-bootstrap interval, documents as ``test.docs`` for ``cfg.unit="document"``)."""
+    k, tau, lam = chosen["k"], chosen["tau"], chosen["lambda"]
+    knn_log = knn_token_log_probs(test, k, tau)
+    mixed = knn.interpolate(test.lm_log_probs, knn_log, lam)
+    return _row(test, k, tau, lam, knn_log), paired_bootstrap(test.lm_log_probs, mixed, cfg, groups=test.docs)
 
 
 def write_token_records(path: str | Path, neighbours: Neighbours, k: int, tau: float, lam: float) -> None:

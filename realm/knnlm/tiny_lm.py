@@ -9,6 +9,7 @@ Training samples random windows of ``context_length`` tokens from the concatenat
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from dataclasses import dataclass, field
@@ -79,6 +80,15 @@ def _tokenizer(cfg: TinyLMConfig, texts: list[str], out: Path) -> PreTrainedToke
     return train_wordpiece(texts, cfg.vocab_size, out, lowercase=True)
 
 
+def texts_fingerprint(texts: list[str]) -> str:
+    """SHA-256 of the non-blank training texts, in order, each with its length: which corpus an LM was trained on."""
+    digest = hashlib.sha256()
+    for text in (t for t in texts if t.strip()):
+        raw = text.encode()
+        digest.update(len(raw).to_bytes(8, "little") + raw)
+    return digest.hexdigest()
+
+
 def train_tiny_lm(texts: list[str], cfg: TinyLMConfig, out_dir: str | Path) -> Path:
     """Trains the tiny GPT-2 on ``texts`` and publishes it (model + tokenizer) at ``out_dir``; returns it."""
     out_dir = Path(out_dir)
@@ -122,6 +132,7 @@ def train_tiny_lm(texts: list[str], cfg: TinyLMConfig, out_dir: str | Path) -> P
     manifest = {
         "kind": "tiny-gpt2",
         "train_tokens": len(stream),
+        "texts_sha256": texts_fingerprint(texts),
         "steps": cfg.steps,
         "final_loss": round(float(np.mean(losses[-50:])), 4),
         "train_seconds": round(time.monotonic() - started, 1),

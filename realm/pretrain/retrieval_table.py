@@ -35,8 +35,18 @@ def normalize_answer_text(text: str) -> str:
 
 def contains_answer(text: str, answer: str) -> bool:
     """Whether ``answer`` occurs in ``text`` on word boundaries (after ``normalize_answer_text``)."""
+    return contains_normalized(normalized_for_search(text), answer)
+
+
+def normalized_for_search(text: str) -> str:
+    """``text`` normalised once for many ``contains_normalized`` look-ups (a corpus searched for every span)."""
+    return f" {normalize_answer_text(text)} "
+
+
+def contains_normalized(searched: str, answer: str) -> bool:
+    """``contains_answer`` against a ``normalized_for_search`` text."""
     answer = normalize_answer_text(answer)
-    return bool(answer) and f" {answer} " in f" {normalize_answer_text(text)} "
+    return bool(answer) and f" {answer} " in searched
 
 
 def _decode(tokenizer: Any, ids: list[int]) -> str:

@@ -50,3 +50,14 @@ def test_gpu_takes_the_gpu_configs_pretraining_overrides_for_every_init_and_noth
     assert gpu.pretrain_overrides == read_yaml(ROOT / "configs/real_text/gpu.yaml")["pretrain_overrides"]
     assert gpu.pretrain_overrides["refresh"]["builder_devices"] == "0"
     assert dataclasses.replace(gpu, pretrain_overrides=plain.pretrain_overrides) == plain
+
+
+def test_a_users_pretraining_overrides_beside_gpu_are_merged_key_by_key_and_win(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    gpu_config = read_yaml(ROOT / "configs/real_text/gpu.yaml")["pretrain_overrides"]
+    extra = ["--pretrain_overrides.refresh.builder_devices=1", "--pretrain_overrides.train.log_every=3"]
+    both = real_open_qa.pipeline_config("scratch", 0, tmp_path, extra, gpu=True).pretrain_overrides
+    assert both["refresh"]["builder_devices"] == 1 and both["train"]["log_every"] == 3  # the user's values win
+    others = {k: v for k, v in gpu_config["refresh"].items() if k != "builder_devices"}
+    assert {k: both["refresh"][k] for k in others} == others  # and the GPU config's other keys stay
+    assert both["train"]["prefetch_candidates"] is True

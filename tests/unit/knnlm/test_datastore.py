@@ -71,6 +71,38 @@ def test_approximate_neighbours_are_rescored_exactly_from_the_stored_keys(built,
     truth = -((keys[ids.clamp(min=0)] - keys[:5, None, :]) ** 2).sum(-1)
     torch.testing.assert_close(exact[valid], truth[valid], atol=1e-3, rtol=1e-4)
     assert not torch.allclose(approx[valid], truth[valid], atol=1e-3)  # PQ scores are approximate
+    # the index's own scores of any ids: the search's PQ scores back for its ids, and the exact neighbours scored
+    # the way PQ scores them (seed 001's exact-neighbours x PQ-scores cell)
+    torch.testing.assert_close(store.index_scores(keys[:5], ids)[valid], approx[valid], atol=1e-3, rtol=1e-4)
+    assert torch.isneginf(store.index_scores(keys[:5], ids)[~valid]).all()
+    exact_ids = (-((keys[None, :, :] - keys[:5, None, :]) ** 2).sum(-1)).topk(10, dim=1).indices
+    reconstructed = torch.from_numpy(store.index.reconstruct(exact_ids.numpy().ravel())).view(5, 10, -1)
+    pq_of_exact = -((reconstructed - keys[:5, None, :]) ** 2).sum(-1)
+    torch.testing.assert_close(store.index_scores(keys[:5], exact_ids), pq_of_exact)
+    assert not torch.allclose(pq_of_exact, -((keys[exact_ids] - keys[:5, None, :]) ** 2).sum(-1), atol=1e-3)
+
+
+def test_keys_can_come_from_another_layer_or_the_softmax_input(built, tmp_path):
+    lm_cfg, corpus, _ = built
+    model, tokenizer = load_causal_lm(lm_cfg)
+    docs = tokenize_documents(tokenizer, read_texts(corpus))[:3]
+    inputs = torch.from_numpy(docs[0][None, :20].astype(np.int64))
+    with torch.no_grad():
+        hidden = model(input_ids=inputs, output_hidden_states=True).hidden_states
+        first = model.transformer.h[0]
+        attn = first.attn(first.ln_1(hidden[0]))[0]
+        expected = {0: first.ln_2(hidden[0] + attn)[0], "h_sm": hidden[-1][0]}  # GPT-2's last state is after ln_f
+    for name, cfg in ((0, DatastoreConfig(layer=0)), ("h_sm", DatastoreConfig(key_type="h_sm"))):
+        store = load_datastore(build_datastore(tmp_path / str(name), lm_cfg, corpus, cfg))
+        assert (store.manifest["layer"], store.key_layer) == ((0, 0) if name == 0 else (-1, -1))
+        keys = torch.from_numpy(np.asarray(store.keys[:19], dtype=np.float32))  # the first document's first keys
+        torch.testing.assert_close(keys, expected[name][:19], atol=2e-3, rtol=2e-3)  # note: stored in fp16
+        nb = ev.collect(model, docs, lm_cfg, store, ev.KNNConfig(k=1))
+        assert torch.allclose(nb.scores[:19, 0], torch.zeros(19), atol=1e-2)  # evaluation reads the same keys
+    with pytest.raises(ValueError, match="h_sm is read at the output layer"):
+        DatastoreConfig(key_type="h_sm", layer=0)
+    with pytest.raises(ConfigError, match="layer 7 does not exist: the model has 2 decoder blocks"):
+        build_datastore(tmp_path / "bad", lm_cfg, corpus, DatastoreConfig(layer=7))
 
 
 def test_a_memory_budget_chooses_ivf_pq_and_says_so(built, tmp_path):
@@ -178,3 +210,22 @@ def test_the_search_batch_changes_nothing_but_speed(built, tiny_lm):
     large = ev.collect(model, docs, lm_cfg, store, ev.KNNConfig(k=16, search_batch=4096))
     assert torch.equal(small.values, large.values) and torch.allclose(small.scores, large.scores)
     assert len(small.targets) == len(small.scores)
+
+
+def test_gpu_search_takes_realm_index_torch_path_and_finds_the_same_neighbours(built, monkeypatch):
+    from realm.index import torch_search
+    from realm.knnlm import knn
+
+    lm_cfg, _, root = built
+    monkeypatch.setattr(torch_search, "search_devices", lambda: ["cpu", "cpu"])  # stands in for 2 GPUs
+    on_cpu = load_datastore(root, IndexConfig(nprobe=8))
+    on_gpus = load_datastore(root, IndexConfig(nprobe=8, enable_gpu_search=True))
+    assert type(on_cpu.index).__name__ == "FaissIndex" and isinstance(on_gpus.index, torch_search.TorchIndex)
+    queries = torch.from_numpy(np.asarray(on_cpu.keys[::97][:12], dtype=np.float32)) + 0.01
+    want_scores, want_values, want_ids = on_cpu.search(queries, 10)
+    scores, values, ids = on_gpus.search(queries, 10)
+    assert knn.recall_at_k(ids, want_ids, 10) >= 0.9  # note: the torch path multiplies in fp16
+    torch.testing.assert_close(scores[:, 0], want_scores[:, 0], atol=5e-2, rtol=1e-2)
+    assert torch.equal(values, torch.from_numpy(on_cpu.values.astype(np.int64))[ids])
+    monkeypatch.setattr(torch_search, "search_devices", lambda: [])  # no CUDA: FAISS on the CPU, as asked or not
+    assert type(load_datastore(root, IndexConfig(enable_gpu_search=True)).index).__name__ == "FaissIndex"

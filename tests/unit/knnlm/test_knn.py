@@ -102,3 +102,24 @@ def test_a_query_with_no_neighbour_at_all_has_probability_zero_not_nan():
     assert torch.isneginf(full[0]).all() and not torch.isnan(full).any()
     mixed = knn.interpolate(torch.tensor([-1.0, -1.0]), target, 0.25)
     assert math.isclose(mixed[0].item(), -1.0 + math.log(0.75), rel_tol=1e-6)
+
+
+def test_the_oracle_lambda_is_the_best_mixture_for_every_token():
+    lm, knn_log = torch.log(torch.tensor([0.2, 0.5, 0.01])), torch.log(torch.tensor([0.6, 0.1, 0.0]))
+    oracle = knn.oracle_log_probs(lm, knn_log)
+    for lam in np.linspace(0, 1, 11):
+        assert (oracle >= knn.interpolate(lm, knn_log, float(lam)) - 1e-6).all()
+    torch.testing.assert_close(oracle, torch.log(torch.tensor([0.6, 0.5, 0.01])))
+
+
+def test_recall_at_k_against_set_intersection():
+    generator = torch.Generator().manual_seed(0)
+    exact = torch.stack([torch.randperm(40, generator=generator)[:12] for _ in range(6)])
+    approx = torch.stack([torch.randperm(40, generator=generator)[:12] for _ in range(6)])
+    approx[0, 3] = -1  # an unfilled slot finds nothing
+    for k in (1, 5, 12):
+        expected = np.mean([len(set(e[:k].tolist()) & set(a[:k].tolist()) - {-1}) / k for e, a in zip(exact, approx)])
+        assert math.isclose(knn.recall_at_k(approx, exact, k), expected, abs_tol=1e-12)
+    assert knn.recall_at_k(exact, exact, 12) == 1.0
+    with pytest.raises(ValueError, match="recall@13 needs at least 13 ids"):
+        knn.recall_at_k(approx, exact, 13)
