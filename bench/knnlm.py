@@ -24,8 +24,8 @@ from E's; ``perplexity.choose``) and scored E once (``perplexity.report``); its 
 paired-bootstrap interval over E's tokens (``realm.knnlm.bootstrap``), and ``/ reference`` the interval of its
 change against the row's reference system (itself at its own settings). The tau grid is a row's own score scale on V
 (the median gap between its first and 32nd neighbour) times 0.01 .. 1000, since key types' distances differ by orders
-of magnitude; a choice on the grid's edge is flagged. Rows at fixed settings (the paper's k 1024, lambda 0.25, tau 1)
-and row 4's sweeps of E are descriptions, not results.
+of magnitude; a tau or lambda on its grid's edge is flagged. Rows at fixed settings (the paper's k 1024, lambda
+0.25, tau 1) and row 4's sweeps of E are descriptions, not results.
 
 Rows (the claims of Khandelwal et al. 2020 and Xu et al. 2023 in brackets):
 
@@ -66,6 +66,12 @@ Rows (the claims of Khandelwal et al. 2020 and Xu et al. 2023 in brackets):
    its own tokens, LM alone vs kNN-LM at the paper's settings and at its own (chosen on V, with the interval), and
    its evaluation speed. It may have trained on some of this Wikipedia text; the row shows the method on a real
    model, not a clean domain-adaptation result.
+11. domain adaptation (seed 002; the paper's books LM with a Wikipedia datastore): the LM trained on T's prose,
+   evaluated on open-domain questions (NQ-open dev and TriviaQA test, ``--domain-questions`` of each), alone, with
+   datastore T+U and with a datastore of other questions (DPR's NQ-train and TriviaQA-train splits), each chosen on
+   validation questions; and an LM trained on those questions (T's vocabulary, the same steps), alone and with them
+   as its datastore (``knnlm_domain.py``; lambda 0.65 in the paper's setting; an LM trained in the domain as the
+   bar).
 
 ``--stages`` runs a subset (e.g. ``--stages 10`` the pretrained LM alone, ``--stages 1-3`` the main rows) and
 ``--sources squad,wiki,vital`` adds the Vital Articles' lead sections (``wikipedia_vital10k``; an article already
@@ -75,7 +81,7 @@ Datastores with the same keys as a real build (a subset of whole documents: a do
 another; another FAISS index or metric) are published from that build's keys with
 ``realm.knnlm.datastore.publish_datastore`` (own manifest, checksums and index) rather than by another forward pass;
 each key type is its own ``build_datastore``. Beside this file: the splits are ``knnlm_data.py``, rows 1-8
-``knnlm_rows.py``, rows 9 and 10 ``knnlm_world.py``.
+``knnlm_rows.py``, rows 9 and 10 ``knnlm_world.py``, row 11 ``knnlm_domain.py``.
 
 Cost, on the 2 shared CPU cores: ``--quick`` (a toy scale of every row) 3.7 minutes at ``--threads 2``. The default
 scale (hidden 128, 4 layers, context 128, 1,500 LM steps on T's ~330k tokens, 80 evaluation documents of ~15k
@@ -83,7 +89,8 @@ tokens, a world of 2,000 entities) took 50 minutes with ``--lm`` (the LM of an e
 the three W_ds trainings 23 of them, the eight key builds 12. ``--sources squad,wiki,vital --stages 1-3
 --eval-docs 160`` took 29 minutes. Row 10 runs SmolLM2 at about 250 tokens/s here, so its default datastore is U
 (97k of its tokens, 11 minutes in all); ``--stages 10 --smol-split TU`` gives it T+U, the from-scratch LM's
-datastore (about 40 minutes of keys here).
+datastore (32 minutes, 26 of them the keys). ``--stages 11 --lm DIR`` took 21 minutes, 13 of them training the
+question LM.
 Reruns differ a little: ``realm.data.vocab.train_wordpiece`` does not give the same vocabulary in every process
 (the tokenizers trainer breaks ties in hash-map order), so the LMs and their figures move slightly.
 """
@@ -102,6 +109,7 @@ from harness import REPO, StageClock, write_json  # isort:skip  (first: no hub, 
 
 import faiss
 from knnlm_data import write_splits
+from knnlm_domain import domain_adaptation
 from knnlm_rows import STAGES, KnnBench, add_row, lm_config
 from knnlm_world import smollm_rows, world_rows
 
@@ -112,16 +120,19 @@ from realm.knnlm.lm import LMConfig, load_causal_lm, tokenize_documents
 from realm.knnlm.tiny_lm import texts_fingerprint, train_tiny_lm
 from realm.run import publication
 
-ALL_STAGES = tuple(name.split()[0] for name, _ in STAGES) + ("9", "10")
-LM_STAGES = {name.split()[0] for name, _ in STAGES}
-"""Stages that need the tiny LM trained on T (4 to 8 also read what 1-3 leave)."""
+LM_ROW_STAGES = (*STAGES, ("11 domain adaptation", (domain_adaptation,)))
+"""Stages that need the tiny LM trained on T, in order (4 to 8 also read what 1-3 leave; 11 does not)."""
+ALL_STAGES = tuple(name.split()[0] for name, _ in LM_ROW_STAGES) + ("9", "10")
+LM_STAGES = {name.split()[0] for name, _ in LM_ROW_STAGES}
 SOURCES = ("squad", "wiki", "vital")
 
 SCALES = {  # the values of the scale options left unset, without and with --quick
     "default": {"lm_steps": 1500, "lm_hidden": 128, "lm_layers": 4, "context": 128, "vocab": 8000, "max_docs": 0,
-                "eval_docs": 80, "world_entities": 2000, "world_steps": 600, "wds_steps": 500, "smol_docs": 0},
+                "eval_docs": 80, "world_entities": 2000, "world_steps": 600, "wds_steps": 500, "smol_docs": 0,
+                "domain_questions": 500},
     "quick": {"lm_steps": 120, "lm_hidden": 64, "lm_layers": 2, "context": 64, "vocab": 2000, "max_docs": 400,
-              "eval_docs": 30, "world_entities": 150, "world_steps": 150, "wds_steps": 50, "smol_docs": 10},
+              "eval_docs": 30, "world_entities": 150, "world_steps": 150, "wds_steps": 50, "smol_docs": 10,
+              "domain_questions": 40},
 }  # fmt: skip
 
 
@@ -145,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 lm_dir = train_tiny_lm(texts, lm_config(args, args.lm_steps, args.context, args.vocab), work / "lm")
         bench = KnnBench.load(args, work, splits, lm_dir, rows)
-        for name, row_functions in STAGES:
+        for name, row_functions in LM_ROW_STAGES:
             if name.split()[0] in args.stages:
                 with clock(name):
                     for row in row_functions:
@@ -219,7 +230,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--valid-share", type=float, default=0.05, help="V: share of each source's words (whole articles)")
     p.add_argument("--unseen-share", type=float, default=0.2, help="U: share of each source's words (whole articles)")
     for name, default in SCALES["default"].items():
-        note = {"max_docs": " (T+U documents; 0: all)", "eval_docs": " (0: all of E)"}.get(name, "")
+        note = {"max_docs": " (T+U documents; 0: all)", "eval_docs": " (0: all of E)",
+                "domain_questions": " (row 11: of NQ-open dev and of TriviaQA test, each in QE and QV)"}.get(name, "")
         help_ = f"default {default}, --quick {SCALES['quick'][name]}{note}"
         p.add_argument(f"--{name.replace('_', '-')}", type=int, default=None, help=help_)
     p.add_argument("--lm", default=None, help="reuse the LM of an earlier run (its work/lm), checked to be trained on "
@@ -239,7 +251,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, name) is None:
             setattr(args, name, value)
     args.stages = set(args.stages.split(","))
-    if args.stages - set(ALL_STAGES) or (args.stages & LM_STAGES - {"1-3"} and "1-3" not in args.stages):
+    if args.stages - set(ALL_STAGES) or (args.stages & LM_STAGES - {"1-3", "11"} and "1-3" not in args.stages):
         p.error(f"--stages: choose among {','.join(ALL_STAGES)}; stages 4-8 need 1-3")
     try:
         args.wds_variants = [(int(r), a, float(m)) for r, a, m in (v.split(":") for v in args.wds_variants.split(","))]

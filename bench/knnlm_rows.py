@@ -165,34 +165,42 @@ class KnnBench:
         """A perplexity of E at settings not chosen on V (the paper's, or a description of E), with its ratio."""
         self.add(num, row, where, settings, "ppl E", value, f"{value / self.base['ppl_lm']:.3f}")
 
-    def collect(self, store: ds.Datastore | None, recompute: bool = False, split: str = "E") -> ev.Neighbours:
-        """One LM pass over ``split`` and one search of k = ``K`` neighbours in ``store`` (None: the LM alone)."""
+    def collect(self, store: ds.Datastore | None, recompute: bool = False, split: str = "E",
+                model: tuple[PreTrainedModel, LMConfig] | None = None) -> ev.Neighbours:  # fmt: skip
+        """One LM pass over ``split`` and one search of k = ``K`` neighbours in ``store`` (None: the LM alone), with
+        the LM trained on T or ``model`` (another LM with the same vocabulary, and its settings)."""
+        lm, lm_cfg = model or (self.model, self.lm_cfg)
         if store is not None:
-            ev.check_compatible(self.model, store)
+            ev.check_compatible(lm, store)
         # note: each FAISS call streams every key, so exact search takes 4,096 queries a call (6x faster than the
         # default 256 on this machine); re-scoring keeps 256, which bounds the [queries, k, D] gather of keys
         knn_cfg = ev.KNNConfig(k=K, recompute=recompute, search_batch=256 if recompute else 4096)
-        return ev.collect(self.model, self.docs[split], self.lm_cfg, store, knn_cfg)
+        return ev.collect(lm, self.docs[split], lm_cfg, store, knn_cfg)
 
     def both(self, store: ds.Datastore, recompute: bool = False) -> tuple[ev.Neighbours, ev.Neighbours]:
         """(V's, E's) neighbours in ``store``."""
         return self.collect(store, recompute, "V"), self.collect(store, recompute)
 
     def add_tuned(self, num: str, row: str, where: str, on_v: ev.Neighbours, on_e: ev.Neighbours,
-                  reference: str = "", name: str = "", note: str = "", extra: dict | None = None) -> Tuned:  # fmt: skip
+                  reference: str = "", name: str = "", note: str = "", extra: dict | None = None,
+                  splits: tuple[str, str] = ("V", "E")) -> Tuned:  # fmt: skip
         """A row at its own settings: (k, tau, lambda) chosen on V, E reported once, its interval against the LM
-        alone, and against ``reference`` (a tuned row's name) when given; kept as ``name`` for later rows."""
+        alone, and against ``reference`` (a tuned row's name) when given; kept as ``name`` for later rows.
+        ``splits`` names the two sets in the table (row 11 chooses on QV and reports QE)."""
         ks = [k for k in KS if k <= on_v.scores.shape[1]] or [on_v.scores.shape[1]]
         taus = tau_grid(on_v)
         chosen, _ = ev.choose(on_v, ks, taus, TUNE_LAMBDAS)
-        edge = " (tau at the grid's edge)" if chosen["tau"] in (taus[0], taus[-1]) else ""
+        grids = (("tau", chosen["tau"], taus), ("lambda", chosen["lambda"], TUNE_LAMBDAS))
+        edges = [name for name, value, grid in grids if value in (grid[0], grid[-1])]
+        edge = f" ({' and '.join(edges)} at the grid's edge)" if edges else ""
         score, versus_lm = ev.report(on_e, chosen, BootstrapConfig(seed=self.args.seed))
         knn_log = ev.knn_token_log_probs(on_e, chosen["k"], chosen["tau"])
         tuned = Tuned(chosen, knn.interpolate(on_e.lm_log_probs, knn_log, chosen["lambda"]), knn_log)
-        settings = f"k {chosen['k']}, tau {chosen['tau']:.3g}, lambda {chosen['lambda']} (chosen on V){edge}{note}"
+        settings = (f"k {chosen['k']}, tau {chosen['tau']:.3g}, lambda {chosen['lambda']} (chosen on {splits[0]})"
+                    f"{edge}{note}")  # fmt: skip
         found = {"chosen": {key: chosen[key] for key in ("k", "tau", "lambda", "ppl_knnlm")}, "taus": taus,
                  "versus_lm": versus_lm.to_dict(), **(extra or {})}  # fmt: skip
-        self.add(num, row, where, settings, "ppl E", score["ppl_knnlm"], interval(versus_lm), **found)
+        self.add(num, row, where, settings, f"ppl {splits[1]}", score["ppl_knnlm"], interval(versus_lm), **found)
         if reference:
             d = paired_bootstrap(self.tuned[reference].on_e, tuned.on_e, BootstrapConfig(seed=self.args.seed))
             self.rows[-1].update(reference=f"{reference}: {interval(d)}", versus_reference=d.to_dict())

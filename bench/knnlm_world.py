@@ -121,14 +121,15 @@ def smollm_rows(args: argparse.Namespace, work: Path, splits: dict[str, dict], r
     folder = Path(spec.origin).parent
     gguf = next(p.name for p in folder.glob("*.gguf"))
     lm_cfg = LMConfig(model=str(folder), gguf_file=gguf, context_length=256, stride=128, batch_size=8)
-    unseen = Path(splits[args.smol_split]["path"]).read_text().splitlines()
-    unseen = unseen[: args.smol_docs] if args.smol_docs else unseen
-    (work / "U-smol.jsonl").write_text("\n".join(unseen) + "\n")
+    texts = Path(splits[args.smol_split]["path"]).read_text().splitlines()
+    texts = texts[: args.smol_docs] if args.smol_docs else texts
+    corpus = work / f"{args.smol_split}-smol.jsonl"  # note: named by the split, so U's and T+U's runs stay apart
+    corpus.write_text("\n".join(texts) + "\n")
     own = {name: splits[name] for name in ("E", "V")}  # note: copies' token counts, in SmolLM2's tokens
     b = KnnBench.load(args, work, {name: dict(s) for name, s in own.items()}, folder, rows, lm_cfg)
-    store = build(work / "ds" / "U-smol", lm_cfg, str(work / "U-smol.jsonl"))
+    store = build(work / "ds" / corpus.stem, lm_cfg, str(corpus))
     b.base = ev.score(b.collect(None), 1, TAU, 0.0)
-    where = f"{args.smol_split}, {len(unseen)} docs ({store.num_entries:,})"
+    where = f"{args.smol_split}, {len(texts)} docs ({store.num_entries:,})"
     name = f"SmolLM2-135M ({gguf}), its tokens of E"
     b.add_ppl("10", name, "-", f"LM alone, context 256, stride 128 ({b.splits['E']['tokens']:,} tokens)",
               b.base["ppl_lm"])  # fmt: skip

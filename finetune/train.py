@@ -181,8 +181,10 @@ class Finetuner:
         bar = progress(cfg.train.last_step, "fine-tuning", unit="step", initial=loop.step, enabled=acc.is_main_process)
         while not loop.done:
             batch = next(batches).to(acc.device)
-            with torch.no_grad():
-                query = self.unwrapped.embed_queries(batch)
+            query = None  # note: fixed (BM25) candidates need no search, so no query pass before the model's own
+            if self.train_set.candidates is None:
+                with torch.no_grad():
+                    query = self.unwrapped.embed_queries(batch)
             batch = self.ctx.attach(batch, query, self.train_set, cfg.finetune.retriever_beam).to(acc.device)
             out = self.model(batch)
             losses = out.loss(batch)

@@ -3,12 +3,14 @@ publishing tests, tiny configs, and running the project's modules and launch scr
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import socket
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 import datasets
 import numpy as np
@@ -27,6 +29,18 @@ FIXTURES = ROOT / "tests" / "fixtures"
 SHARED_REAL = ROOT.parent / "shared" / "data" / "real"
 """Real evaluation files beside the checkout (tests that need them skip without them)."""
 MAX_BLOCK_LENGTH = 24
+
+
+def bench_module(stem: str, name: str = "") -> ModuleType:
+    """``bench/{stem}.py`` imported as running it would: ``bench/`` first on ``sys.path``, so that its own imports of
+    its siblings (``harness`` first: no hub, no W&B network) resolve; ``name`` is the module's name (default
+    ``stem``)."""
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location(name or stem, ROOT / "bench" / f"{stem}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_run(tmp_path: Path, num_blocks: int, max_body: int = 30) -> tuple[Path, Path, Path]:

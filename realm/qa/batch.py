@@ -116,11 +116,14 @@ def beam_size(retriever_beam: int, cfg: ReaderConfig) -> int:
     return max(retriever_beam, cfg.reader_beam)
 
 
-def candidate_ids(questions: QuestionSet, rows: list[int], query_embeddings: Tensor, index: DocumentIndex,
+def candidate_ids(questions: QuestionSet, rows: list[int], query_embeddings: Tensor | None, index: DocumentIndex,
                   beam: int) -> Tensor:  # fmt: skip
     """[B, beam] int64 block ids of the questions ``rows``: their fixed candidates when the set has them (the index
-    is not searched), else the frozen index's top ``beam`` for ``query_embeddings``."""
+    is not searched, and ``query_embeddings`` may be None), else the frozen index's top ``beam`` for
+    ``query_embeddings``."""
     if questions.candidates is None:
+        if query_embeddings is None:
+            raise ValueError("the question set has no fixed candidates, so the index search needs query embeddings")
         _, ids = index.search(query_embeddings.detach().float().cpu(), beam)
         return ids.cpu()
     if questions.candidates.shape[1] < beam:
@@ -133,7 +136,7 @@ def candidate_ids(questions: QuestionSet, rows: list[int], query_embeddings: Ten
 @torch.no_grad()
 def attach_blocks(
     batch: QABatch,
-    query_embeddings: Tensor,
+    query_embeddings: Tensor | None,
     index: DocumentIndex,
     embeddings: np.ndarray,
     store: BlockStore,

@@ -57,7 +57,10 @@ class QAContext:
             candidates = bm25_candidates(self._bm25, [e.question for e in examples], beam_size(beam, self.reader))
         return QuestionSet(examples, self.words.tokenizer, self.reader.max_question_length, candidates)
 
-    def attach(self, batch: QABatch, query_embeddings: torch.Tensor, questions: QuestionSet, beam: int) -> QABatch:
+    def attach(self, batch: QABatch, query_embeddings: torch.Tensor | None, questions: QuestionSet,
+               beam: int) -> QABatch:  # fmt: skip
+        """``batch`` with its blocks: the question set's fixed candidates (``query_embeddings`` unused, may be None),
+        or the frozen index's search for ``query_embeddings``."""
         if self.retrieval.candidates == "bm25" and questions.candidates is None:
             # note: without this, a set built around question_set would silently be read from the dense search
             raise ValueError("retrieval.candidates is bm25 but the question set has no candidates: build it with "
@@ -125,7 +128,9 @@ def evaluate_qa(
     bar = progress(len(rows), "evaluating QA", unit="question", enabled=rank == 0)
     for batch in question_batches(questions, ctx, batch_size, rows):
         batch = batch.to(device)
-        batch = ctx.attach(batch, model.embed_queries(batch), questions, max(top_k)).to(device)
+        # note: fixed (BM25) candidates need no search, so no query pass before the model's own
+        query = model.embed_queries(batch) if questions.candidates is None else None
+        batch = ctx.attach(batch, query, questions, max(top_k)).to(device)
         out = model(batch)
         blocks = batch.blocks
         spans = best_spans(out.reader_logits, blocks.span_valid)

@@ -17,6 +17,7 @@ from realm.index import versions
 from realm.index.text_bm25 import TextBM25, titled_texts
 from realm.qa.candidates import RetrievalConfig
 from realm.qa.datasets import load_task
+from realm.qa.model import OpenQAModel
 from tests.helpers import tiny_qa_config
 
 pytest.importorskip("bm25s")
@@ -29,9 +30,19 @@ def _no_search(self, queries, k):
 @pytest.mark.slow
 def test_bm25_candidates_run_end_to_end_and_evaluate_reads_them(qa_world, tmp_path: Path, monkeypatch) -> None:
     monkeypatch.setattr(versions.PublishedIndex, "search", _no_search)
+    calls = {"forward": 0, "embed_queries": 0}
+    for name in calls:  # note: the query tower runs once per batch, in the model's forward: no pass for a search
+        original = getattr(OpenQAModel, name)
+
+        def counted(self, *args, _name=name, _original=original, **kwargs):
+            calls[_name] += 1
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(OpenQAModel, name, counted)
     out = tmp_path / "qa"
     cfg = dataclasses.replace(tiny_qa_config(qa_world, out, steps=4), retrieval=RetrievalConfig(candidates="bm25"))
     Finetuner(cfg).train()
+    assert calls["forward"] > 4 and calls["embed_queries"] == calls["forward"]
     assert yaml.safe_load((out / "config.yaml").read_text())["retrieval"] == {"candidates": "bm25"}
     assert json.loads((out / "model" / "manifest.json").read_text())["retrieval"] == {"candidates": "bm25"}
 

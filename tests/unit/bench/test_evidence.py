@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from types import SimpleNamespace
 
 import pytest
 
 import realm.pipeline.demo
-from tests.helpers import ROOT
+from tests.helpers import bench_module
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: evidence.py imports its sibling ``harness`` first, as a script does
-_SPEC = importlib.util.spec_from_file_location("evidence", ROOT / "bench" / "evidence.py")
-evidence = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(evidence)
+evidence = bench_module("evidence")
 
 
 def test_training_recall_is_the_mean_over_the_run_and_over_its_last_fifth(tmp_path):

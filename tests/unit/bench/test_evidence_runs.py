@@ -3,17 +3,14 @@ checked against the figures worked out by hand."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 
 import pytest
 
-from tests.helpers import ROOT
+from tests.helpers import bench_module
 
-_SPEC = importlib.util.spec_from_file_location("evidence_runs", ROOT / "bench" / "evidence_runs.py")
-evidence_runs = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(evidence_runs)
+evidence_runs = bench_module("evidence_runs")
 
 
 def _table(realm: float, frozen: float) -> dict:

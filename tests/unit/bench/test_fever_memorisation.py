@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import SimpleNamespace
 
 import torch
 
-from tests.helpers import ROOT
+from tests.helpers import bench_module
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its siblings ``harness`` and ``memorisation``
-_SPEC = importlib.util.spec_from_file_location("fever_memorisation", ROOT / "bench" / "fever_memorisation.py")
-fever_memorisation = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(fever_memorisation)
+fever_memorisation = bench_module("fever_memorisation")
 
 
 def test_the_gold_page_retrieval_puts_each_rows_page_first():

@@ -3,18 +3,12 @@ read: the split must follow the retrieved ids and the word-boundary rule, and ne
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-
 import numpy as np
 
 from realm.pretrain.heldout_eval import HeldoutOutcomes
-from tests.helpers import ROOT
+from tests.helpers import bench_module
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its siblings as a script does
-_SPEC = importlib.util.spec_from_file_location("heldout_reachability", ROOT / "bench" / "heldout_reachability.py")
-reach = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(reach)
+reach = bench_module("heldout_reachability")
 
 TEXTS = ["Paris France the capital", "Berlin Germany in 1945", "Parisian cafes", "Rome Italy"]
 TITLES = ["France", "Germany", "Cafe", "Italy"]

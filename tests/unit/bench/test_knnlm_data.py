@@ -3,16 +3,11 @@ spaces, any case) is left out, so no article's text can be in two splits."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
-from tests.helpers import ROOT
+from tests.helpers import bench_module
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its siblings as a script does
-_SPEC = importlib.util.spec_from_file_location("knnlm_data", ROOT / "bench" / "knnlm_data.py")
-data = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(data)
+data = bench_module("knnlm_data")
 
 
 def _write(root):

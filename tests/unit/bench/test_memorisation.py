@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 from realm.data.world import WorldConfig, generate_world, write_world
-from tests.helpers import ROOT
+from tests.helpers import bench_module
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its siblings ``harness`` and ``evidence``
-_SPEC = importlib.util.spec_from_file_location("memorisation", ROOT / "bench" / "memorisation.py")
-memorisation = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(memorisation)
+memorisation = bench_module("memorisation")
 
 
 def _records(path):

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from tests.helpers import bench_module
 
-from tests.helpers import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its sibling ``harness``
-_SPEC = importlib.util.spec_from_file_location("reader_by_position", ROOT / "bench" / "reader_by_position.py")
-reader_by_position = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(reader_by_position)
+reader_by_position = bench_module("reader_by_position")
 
 
 def test_the_first_occurrence_of_the_whole_span_is_its_offset():

@@ -4,17 +4,12 @@ them to fit 30 minutes on 2 cores: the bench's figures and the default's cost ar
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
 
 from realm.core.config import load_config, read_yaml
 from realm.pipeline.real_text import RealTextConfig
-from tests.helpers import ROOT
+from tests.helpers import ROOT, bench_module
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its siblings as a script does
-_SPEC = importlib.util.spec_from_file_location("real_open_qa", ROOT / "bench" / "real_open_qa.py")
-real_open_qa = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(real_open_qa)
+real_open_qa = bench_module("real_open_qa")
 
 
 def _config_steps(path: str) -> int:

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from tests.helpers import bench_module
 
-from tests.helpers import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its sibling ``harness`` first, as a script does
-_SPEC = importlib.util.spec_from_file_location("recall_by_relation", ROOT / "bench" / "recall_by_relation.py")
-recall_by_relation = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(recall_by_relation)
+recall_by_relation = bench_module("recall_by_relation")
 
 
 def test_recall_counts_each_group_on_its_own():

@@ -2,19 +2,14 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 
 import torch
 
 from realm.qa.datasets import QAExample
-from tests.helpers import ROOT
+from tests.helpers import bench_module
 
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its siblings as a script does
-_SPEC = importlib.util.spec_from_file_location("retrieval_accuracy", ROOT / "bench" / "retrieval_accuracy.py")
-retrieval_accuracy = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(retrieval_accuracy)
+retrieval_accuracy = bench_module("retrieval_accuracy")
 
 TEXTS = ["Paris is the capital of France.", "Barack Obama was born in Honolulu in 1961.", "The Nile flows north."]
 

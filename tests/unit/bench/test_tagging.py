@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
+from tests.helpers import bench_module
 
-from tests.helpers import ROOT
-
-sys.path.insert(0, str(ROOT / "bench"))  # note: the bench imports its sibling ``harness`` first, as a script does
-_SPEC = importlib.util.spec_from_file_location("bench_tagging", ROOT / "bench" / "tagging.py")
-tagging = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(tagging)
+tagging = bench_module("tagging", "bench_tagging")
 
 # Sentence 0: "Mark Twain wrote it in the United States in 1884."; sentence 1: "Acting is old."; sentence 2 has none.
 REFERENCES = [[(0, 10, "PERSON"), (23, 40, "GPE"), (44, 48, "DATE")], [], [(0, 5, "DATE")]]

@@ -73,7 +73,7 @@ def test_attach_blocks_reads_the_fixed_candidates_in_order_and_never_searches(to
     candidates = np.array([[2, 0, 1], [1, 2, -1]])
     questions = QuestionSet(_examples()[:2], tokenizer, ctx.reader.max_question_length, candidates)
     batch = QACollator(questions, ctx.special, ctx.reader.max_question_length)([1, 0])
-    blocks = ctx.attach(batch, torch.zeros(2, 4), questions, beam=3).blocks
+    blocks = ctx.attach(batch, None, questions, beam=3).blocks  # note: no query pass is needed for fixed candidates
     assert blocks.block_ids.tolist() == [[1, 2, -1], [2, 0, 1]]
     assert blocks.block_valid.tolist() == [[True, True, False], [True, True, True]]
     assert torch.equal(blocks.doc_embeddings[1], torch.from_numpy(ctx.embeddings[[2, 0, 1]]))
@@ -93,6 +93,14 @@ def test_dense_candidates_still_come_from_the_index(tokenizer, store):
     query = torch.randn(3, 4)
     batch = QACollator(questions, ctx.special, ctx.reader.max_question_length)([0, 1, 2])
     assert torch.equal(ctx.attach(batch, query, questions, beam=3).blocks.block_ids, index.search(query, 3)[1])
+
+
+def test_the_dense_search_without_query_embeddings_is_refused(tokenizer, store):
+    ctx = _context(tokenizer, store, "dense")
+    questions = ctx.question_set(_examples(), beam=3)
+    batch = QACollator(questions, ctx.special, ctx.reader.max_question_length)([0])
+    with pytest.raises(ValueError, match="no fixed candidates, so the index search needs query embeddings"):
+        ctx.attach(batch, None, questions, beam=3)
 
 
 def test_a_beam_deeper_than_the_candidates_is_refused(tokenizer, store):
