@@ -80,8 +80,8 @@ in SQuAD or the passages, by title, is left out of it so no article is in two sp
 Datastores with the same keys as a real build (a subset of whole documents: a document's keys never depend on
 another; another FAISS index or metric) are published from that build's keys with
 ``realm.knnlm.datastore.publish_datastore`` (own manifest, checksums and index) rather than by another forward pass;
-each key type is its own ``build_datastore``. Beside this file: the splits are ``knnlm_data.py``, rows 1-8
-``knnlm_rows.py``, rows 9 and 10 ``knnlm_world.py``, row 11 ``knnlm_domain.py``.
+each key type is its own ``build_datastore``. Beside this file: the splits are ``knnlm_data.py``, rows 1-7
+``knnlm_rows.py``, row 8 ``knnlm_speed.py``, rows 9 and 10 ``knnlm_world.py``, row 11 ``knnlm_domain.py``.
 
 Cost, on the 2 shared CPU cores: ``--quick`` (a toy scale of every row) 3.7 minutes at ``--threads 2``. The default
 scale (hidden 128, 4 layers, context 128, 1,500 LM steps on T's ~330k tokens, 80 evaluation documents of ~15k
@@ -111,6 +111,7 @@ import faiss
 from knnlm_data import write_splits
 from knnlm_domain import domain_adaptation
 from knnlm_rows import STAGES, KnnBench, add_row, lm_config
+from knnlm_speed import speeds
 from knnlm_world import smollm_rows, world_rows
 
 from realm.core.logging import init_logging, set_num_threads
@@ -120,7 +121,7 @@ from realm.knnlm.lm import LMConfig, load_causal_lm, tokenize_documents
 from realm.knnlm.tiny_lm import texts_fingerprint, train_tiny_lm
 from realm.run import publication
 
-LM_ROW_STAGES = (*STAGES, ("11 domain adaptation", (domain_adaptation,)))
+LM_ROW_STAGES = (*STAGES, ("8 speed", (speeds,)), ("11 domain adaptation", (domain_adaptation,)))
 """Stages that need the tiny LM trained on T, in order (4 to 8 also read what 1-3 leave; 11 does not)."""
 ALL_STAGES = tuple(name.split()[0] for name, _ in LM_ROW_STAGES) + ("9", "10")
 LM_STAGES = {name.split()[0] for name, _ in LM_ROW_STAGES}

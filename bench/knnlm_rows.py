@@ -1,6 +1,6 @@
-"""``bench/knnlm.py``'s rows 1 to 8 on real text: the LM alone, datastores T and T+U, the sweeps and datastore sizes,
-IVF-PQ (seed 001's 2x2 of neighbours and scores, and ANN recall), key types, layers and metrics, the learned W_ds
-(R rows per token, uniform or by frequency), and speeds. Each row function adds its rows to a ``KnnBench``.
+"""``bench/knnlm.py``'s rows 1 to 7 on real text: the LM alone, datastores T and T+U, the sweeps and datastore sizes,
+IVF-PQ (seed 001's 2x2 of neighbours and scores, and ANN recall), key types, layers and metrics, and the learned
+W_ds (R rows per token, uniform or by frequency). Each row function adds its rows to a ``KnnBench``.
 
 Every ablation is reported at its own settings: k, tau and lambda chosen on V (``realm.knnlm.perplexity.choose``,
 articles disjoint from E's), E scored once with them (``report``), with the paired-bootstrap interval of its change
@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,7 +27,7 @@ from realm.knnlm.bootstrap import BootstrapConfig, PairedDifference, paired_boot
 from realm.knnlm.cache import cache_neighbours
 from realm.knnlm.datastore_build import build_datastore, read_texts
 from realm.knnlm.learned import LearnedConfig, learned_neighbours, train_learned
-from realm.knnlm.lm import LMConfig, load_causal_lm, num_targets, score_documents, tokenize_documents, window_batches
+from realm.knnlm.lm import LMConfig, load_causal_lm, num_targets, score_documents, tokenize_documents
 from realm.knnlm.tiny_lm import TinyLMConfig
 from realm.run import publication
 from realm.training.optim import OptimConfig
@@ -69,15 +68,6 @@ def derive(src: ds.Datastore, root: Path, rows: np.ndarray, index: IndexConfig, 
     manifest = {**src.manifest, "derived_from": str(src.path), **fields}
     ds.publish_datastore(root, staging, src.values[rows], cfg, manifest)
     return ds.load_datastore(root, IndexConfig(nprobe=index.nprobe))
-
-
-def bare_forward_seconds(model: PreTrainedModel, docs: list[np.ndarray], lm_cfg: LMConfig) -> float:
-    """A plain ``model(input_ids, attention_mask)`` over the windows and batches ``score_documents`` makes."""
-    started = time.perf_counter()
-    with torch.inference_mode():
-        for _, inputs in window_batches(model, docs, lm_cfg):
-            model(**inputs)
-    return time.perf_counter() - started
 
 
 def scored(model: PreTrainedModel, docs: list[np.ndarray], lm_cfg: LMConfig) -> tuple[torch.Tensor, ...]:
@@ -348,33 +338,6 @@ def learned_wds(b: KnnBench) -> None:
                     extra={"wds_history": history})  # fmt: skip
 
 
-def timed(b: KnnBench, store: ds.Datastore, recompute: bool) -> tuple[float, float]:
-    """(LM alone, with ``store``) tokens/s over E, each the median of ``SPEED_REPEATS`` passes, the two alternated so
-    that both see the same load of the (shared) machine: their ratio is what the table reports."""
-    alone, knn_lm = [], []
-    for _ in range(SPEED_REPEATS):
-        alone.append(ev.score(b.collect(None), 1, TAU, 0.0)["lm_tokens_per_s"])
-        knn_lm.append(ev.score(b.collect(store, recompute), K, TAU, LAM)["knnlm_tokens_per_s"])
-    return float(np.median(alone)), float(np.median(knn_lm))
-
-
-def speeds(b: KnnBench) -> None:
-    """Row 8: evaluation tokens/s with and without a datastore (medians of alternated passes), and the build's
-    against a bare forward over T."""
-    for settings, store, recompute in [("Flat", b.stores["T+U"], False), *b.speeds]:
-        alone, speed = timed(b, store, recompute)
-        b.add("8", "evaluation speed", b.where["T+U"], f"{settings} (LM alone beside it: {alone:,.0f} tok/s)",
-              "tok/s", speed, f"{speed / alone:.3f}")  # fmt: skip
-    bare = bare_forward_seconds(b.model, b.docs["T"], b.lm_cfg)
-    manifest, n_t = b.stores["T"].manifest, b.stores["T"].num_entries
-    for what, seconds in (
-        ("bare model(input_ids) over T's windows", bare),
-        ("build: keys (hook, fp16 shard)", manifest["key_seconds"]),
-        ("whole build (load, tokenize, keys, Flat, publish)", manifest["build_seconds"]),
-    ):
-        b.add("8", "datastore build speed", b.where["T"], what, "tok/s", n_t / seconds, f"{bare / seconds:.3f}")
-
-
 def query_keys(b: KnnBench) -> None:
     """E's and V's ffn_input keys, in ``collect``'s token order (the queries rows 5 and 7 score themselves)."""
     for split in ("V", "E"):
@@ -402,6 +365,6 @@ STAGES = (
     ("5 IVF-PQ", (ivf_pq,)),
     ("6 key types, layers and metric", (key_types,)),
     ("7 learned W_ds", (learned_wds,)),
-    ("8 speed", (speeds,)),
 )
-"""The timed stages of rows 1-8, in order (each reads what the ones before it left in the ``KnnBench``)."""
+"""The timed stages of rows 1-7, in order (each reads what the ones before it left in the ``KnnBench``; row 8,
+``knnlm_speed.py``, times the searches row 5 leaves in ``KnnBench.speeds``)."""
