@@ -31,7 +31,6 @@ import torch
 from knnlm_rows import K, KnnBench, Tuned, build, interval, label, lm_config
 
 from realm.data.corpus import CorpusConfig
-from realm.knnlm import knn
 from realm.knnlm import perplexity as ev
 from realm.knnlm.bootstrap import BootstrapConfig, paired_bootstrap
 from realm.knnlm.datastore import values_of
@@ -89,11 +88,13 @@ def domain_adaptation(b: KnnBench) -> None:
     if "T+U" not in b.stores:  # note: stage 11 run without stages 1-3
         b.stores["T+U"] = build(b.work / "ds" / "TU", b.lm_cfg, b.splits["TU"]["path"])
     questions = build(b.work / "ds" / "Q", b.lm_cfg, splits["Q"]["path"])
+    on_e = {}
     for name, store, reference in (("T+U", b.stores["T+U"], ""), ("Q", questions, "QT+U")):
-        on_v, on_e = b.collect(store, split="QV"), b.collect(store, split="QE")
+        on_v, on_e[name] = b.collect(store, split="QV"), b.collect(store, split="QE")
         row = f"domain: prose LM + datastore {name}"
-        b.add_tuned("11", row, label(name, store), on_v, on_e, reference, name=f"Q{name}", splits=QUESTION_SETS)
-    fixed = ev.score(on_e, K, 1.0, 0.65)["ppl_knnlm"]
+        b.add_tuned("11", row, label(name, store), on_v, on_e[name], reference, name=f"Q{name}",
+                    splits=QUESTION_SETS)  # fmt: skip
+    fixed = ev.score(on_e["Q"], K, 1.0, 0.65)["ppl_knnlm"]
     b.add("11", "domain: prose LM + datastore Q", label("Q", questions), f"k {K}, lambda 0.65, tau 1 (the paper's "
           "domain-adaptation setting, fixed)", "ppl QE", fixed, f"{fixed / base['ppl_lm']:.3f}")  # fmt: skip
 
@@ -106,12 +107,12 @@ def domain_adaptation(b: KnnBench) -> None:
     b.tuned["Q-LM"] = Tuned({}, alone.lm_log_probs, torch.full_like(alone.lm_log_probs, -float("inf")))
     versus = paired_bootstrap(prose_alone.lm_log_probs, alone.lm_log_probs, BootstrapConfig(seed=a.seed))
     against = paired_bootstrap(b.tuned["QQ"].on_e, alone.lm_log_probs, BootstrapConfig(seed=a.seed))
-    lm_ppl = knn.perplexity(-alone.lm_log_probs.double().sum().item(), alone.num_tokens)
+    lm_ppl = ev.score(alone, 1, 1.0, 0.0)["ppl_lm"]  # note: as the prose LM's row above
     b.add("11", "domain: LM trained on Q, alone", "-", f"T's vocabulary, {a.lm_steps} steps", "ppl QE", lm_ppl,
           interval(versus), reference=f"QQ: {interval(against)}", versus_lm=versus.to_dict(),
           versus_reference=against.to_dict())  # fmt: skip
     q_store = build(b.work / "ds" / "Q-by-Q-LM", q_cfg, splits["Q"]["path"])
-    on_v = b.collect(q_store, split="QV", model=(model, q_cfg))
-    on_e = b.collect(q_store, split="QE", model=(model, q_cfg))
-    b.add_tuned("11", "domain: LM trained on Q + datastore Q", label("Q", q_store), on_v, on_e, "Q-LM",
+    own_v = b.collect(q_store, split="QV", model=(model, q_cfg))
+    own_e = b.collect(q_store, split="QE", model=(model, q_cfg))
+    b.add_tuned("11", "domain: LM trained on Q + datastore Q", label("Q", q_store), own_v, own_e, "Q-LM",
                 note="; / LM is against this LM alone", splits=QUESTION_SETS)  # fmt: skip
