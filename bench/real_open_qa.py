@@ -3,7 +3,7 @@ own pipeline and commands, the same reader budget for every QA row.
 
     python bench/real_open_qa.py [--work runs/real_open_qa] [--seeds 0 1] [--inits scratch minilm]
                                  [--questions 500] [--qa-rows bm25 start ict realm] [--json PATH] [--set key=value ...]
-                                 [--gpu]
+                                 [--gpu] [--through start|ict|realm]
 
 For each init (``scratch``: the demo-sized encoder with the reader warm-up, no contamination; ``minilm``:
 all-MiniLM-L6-v2, a *supervised* init: it was trained on NQ, TriviaQA and SQuAD pairs) and seed, ``run_real_text``
@@ -19,7 +19,9 @@ candidates (``retrieval.candidates=bm25``: the same reader, budget and fine-tuni
 QA has no row: the project's reader extracts spans from retrieved blocks, so with the null document alone its exact
 match is 0 by construction; the closed-book column of the held-out cloze is REALM's own closed-book comparison.
 ``bench/evidence_runs.py``-style paired differences (realm - ict) with standard errors over seeds close the table.
-Resumable: a finished stage is not rerun.
+Resumable: a finished stage is not rerun. ``--through start`` (or ``ict``) runs the pipeline only as far as that
+retriever needs (MiniLM as it is needs only the blocks in its vocabulary; the scratch start needs the warm start) and
+gives the rows up to it: the cheap first look at an init on a machine where its pre-training is too slow.
 """
 
 from __future__ import annotations
@@ -80,6 +82,28 @@ DENSE = ("start", "ict", "realm")
 QA_ROWS = ("bm25", *DENSE)
 
 
+def stop_after(cfg: RealTextConfig, through: str) -> str:
+    """The pipeline stage after which ``cfg``'s run has the dense retrievers up to ``through``: the start of an init
+    folder is that folder (its blocks suffice), the scratch start is the warmed-up encoder, ICT's is the warm start's
+    last stage, REALM's is pre-training."""
+    if through == "realm":
+        return "pretrain"
+    return "data" if through == "start" and cfg.init_from else "warm_start"
+
+
+def retriever_shape(cfg: RealTextConfig) -> tuple[PretrainConfig, str]:
+    """The pre-training config's retriever shape, tokenizer and blocks of ``cfg``'s run (the run's own config once it
+    has one; before pre-training, the one the pipeline would write), and the start's BERT folder."""
+    out = Path(cfg.out)
+    if (out / CONFIG_FILE).is_file():
+        pretrain = load_config(PretrainConfig, out / CONFIG_FILE)
+    else:
+        data = {"data": {"tokenizer": cfg.init_from or str(out / "tokenizer"), "blocks": str(out / "blocks")}}
+        pretrain = load_config(PretrainConfig, cfg.pretrain_config,
+                               merge_sections(dict(cfg.pretrain_overrides), data, "bench"))  # fmt: skip
+    return pretrain, cfg.init_from or str(out / "warmup" / "encoder")
+
+
 def minilm_folder() -> str:
     try:
         return str(minilm_path())
@@ -106,25 +130,26 @@ def block_texts(blocks_dir) -> list[str]:
     return titled_texts(blocks["title"], blocks["text"])
 
 
-def retrievers(cfg: RealTextConfig) -> dict[str, Retriever]:
-    """The dense retrievers of one pipeline run: as it starts, after ICT, after REALM."""
+def retrievers(cfg: RealTextConfig, names: tuple[str, ...]) -> dict[str, Retriever]:
+    """The dense retrievers ``names`` of one pipeline run: as it starts, after ICT, after REALM."""
     out = Path(cfg.out)
-    run = load_run(out)
-    bert = cfg.init_from or str(out / "warmup" / "encoder")
+    pretrain, bert = retriever_shape(cfg)
     torch.manual_seed(cfg.seed)  # note: the scratch start's projection is random; seeded, it is the same every time
-    start = Retriever.from_bert(bert, run.cfg.retriever)
-    return {"start": start, "ict": Retriever.from_pretrained(out / "ict" / "retriever"), "realm": run.model.retriever}
+    load = {"start": lambda: Retriever.from_bert(bert, pretrain.retriever),
+            "ict": lambda: Retriever.from_pretrained(out / "ict" / "retriever"),
+            "realm": lambda: load_run(out).model.retriever}  # fmt: skip
+    return {name: load[name]() for name in names}
 
 
-def retrieval_rows(cfg: RealTextConfig, sets: dict, texts: list[str], bm25: dict) -> dict[str, dict]:
-    """``{retriever: {set: accuracy row}}`` for the dense retrievers of ``cfg``'s run, plus the shared BM25 rows;
-    ``texts`` are the run's ``block_texts``."""
-    out = Path(cfg.out)
-    pretrain = load_config(PretrainConfig, out / CONFIG_FILE)
+def retrieval_rows(cfg: RealTextConfig, names: tuple[str, ...], sets: dict, texts: list[str],
+                   bm25: dict) -> dict[str, dict]:  # fmt: skip
+    """``{retriever: {set: accuracy row}}`` for the dense retrievers ``names`` of ``cfg``'s run, plus the shared BM25
+    rows; ``texts`` are the run's ``block_texts``."""
+    pretrain, _ = retriever_shape(cfg)
     tokenizer, blocks = load_tokenizer(pretrain.data.tokenizer), load_blocks(pretrain.data.blocks)
     rows = {}
     device = "cuda" if torch.cuda.is_available() else "cpu"  # note: 13k blocks x 3 retrievers x seeds, on a GPU
-    for name, retriever in retrievers(cfg).items():
+    for name, retriever in retrievers(cfg, names).items():
         retriever.eval().to(device)
         length = pretrain.retriever.max_block_length
         docs = embed_corpus(retriever.doc_embedder, blocks, SpecialIds.of(tokenizer), length)
@@ -145,8 +170,8 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
     """Exact match of QA fine-tuned from each dense start, and from ICT's with BM25's candidates (``bm25``), on every
     set (all / answerable questions)."""
     out = Path(cfg.out)
-    data = {"tokenizer": cfg.init_from or str(out / "tokenizer"), "blocks": str(out / "blocks")}
-    bert = cfg.init_from or str(out / "warmup" / "encoder")
+    pretrain, bert = retriever_shape(cfg)
+    data = {"tokenizer": pretrain.data.tokenizer, "blocks": pretrain.data.blocks}
     starts = {
         "start": {"init": {"bert": bert}, "data": data},
         "ict": {"init": {"bert": bert, "retriever": str(out / "ict" / "retriever")}, "data": data},
@@ -155,8 +180,7 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
     # note: ORQA's start with the blocks BM25 proposes, so bm25 - ict is the retriever's share of the QA row
     starts["bm25"] = {**starts["ict"], "retrieval": {"candidates": "bm25"}}
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
-    shape = load_config(PretrainConfig, out / CONFIG_FILE).retriever
-    retriever = {key: getattr(shape, key) for key in RETRIEVER_SHAPE}
+    retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     rows = {}
     for name, sections in ((name, starts[name]) for name in names):
         qa_dir = out / f"qa_{name}"
@@ -182,7 +206,7 @@ def format_table(result: dict) -> str:
     head += "".join(f" {s} top-1/5/20 (answerable) | {s} EM (answerable) |" for s in EVAL_SETS)
     lines = [head, "|" + "---|" * (3 + 2 * len(EVAL_SETS))]
     for (init, seed), run in sorted(result["runs"].items()):
-        for name in ("bm25", *DENSE):
+        for name in (name for name in ("bm25", *DENSE) if name in run["retrieval"]):
             cloze = run["cloze"].get(name)
             cells = [init + f" s{seed}", name, f"{cloze[0]:.3f} / {cloze[1]:.3f}" if cloze else ""]
             for s in EVAL_SETS:
@@ -204,12 +228,23 @@ def paired(result: dict) -> str:
             ("NQ top-20 answerable", lambda r, n: r["retrieval"][n]["nq"]["top_20_answerable"]),
             ("NQ EM answerable", lambda r, n: r.get("qa", {}).get(n, {}).get("nq", {}).get("em_answerable")),
         ):
-            diffs = [get(r, "realm") - get(r, "ict") for r in runs if get(r, "realm") is not None]
+            diffs = [get(r, "realm") - get(r, "ict") for r in runs
+                     if "realm" in r["retrieval"] and get(r, "realm") is not None]  # fmt: skip
             if diffs:
                 mean, err = mean_and_error(diffs)
-                lines.append(f"{init}: realm - ict, {label}: {mean:+.3f} ± {err:.3f} over {len(diffs)} seed(s), "
+                spread = f" ± {err:.3f}" if len(diffs) > 1 else ""  # note: one seed has no standard error
+                lines.append(f"{init}: realm - ict, {label}: {mean:+.3f}{spread} over {len(diffs)} seed(s), "
                              f"positive in {sum(d > 0 for d in diffs)}")  # fmt: skip
     return "\n".join(lines)
+
+
+def done(cfg: RealTextConfig, summary: dict, stage: str) -> bool:
+    """Whether ``cfg``'s run already holds what ``stage`` makes: a summary with the held-out figures for pre-training,
+    the ICT retriever for the warm start, the blocks for the data stage (a finished stage is not rerun)."""
+    out = Path(cfg.out)
+    if stage == "pretrain":
+        return "heldout_accuracy_retrieval" in summary
+    return (out / "ict" / "retriever").is_dir() if stage == "warm_start" else bool(summary)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,7 +261,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true",
                         help=f"pre-train with {GPU_CONFIG.relative_to(REPO)}'s overrides: the index builder on the "
                              "trainer's GPU in bf16, each batch's candidates searched while the one before trains")
+    parser.add_argument("--through", choices=DENSE, default="realm",
+                        help="the last dense retriever to build and measure: start runs only what the init's own "
+                             "start needs, ict stops after the warm start; the held-out cloze needs realm")  # fmt: skip
     args = parser.parse_args(argv)
+    names = DENSE[: DENSE.index(args.through) + 1]
+    unbuilt = sorted(set(args.qa_rows) - {*names, *(["bm25"] if "ict" in names else [])})
+    if unbuilt:
+        parser.error(f"--qa-rows {' '.join(unbuilt)} need(s) a retriever past --through {args.through}")
     init_logging()
     work = Path(args.work)
     extra = [f"--{item}" for item in args.set]
@@ -238,15 +280,17 @@ def main(argv: list[str] | None = None) -> int:
             t = time.perf_counter()
             summary_file = Path(cfg.out) / SUMMARY_FILE
             summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-            if "heldout_accuracy_retrieval" not in summary:  # note: none yet, or one stopped before pre-training
-                summary = run_real_text(dataclasses.replace(cfg, qa_steps=0, stop_after="pretrain"))
+            stage = stop_after(cfg, args.through)
+            if not done(cfg, summary, stage):
+                summary = run_real_text(dataclasses.replace(cfg, qa_steps=0, stop_after=stage))
             texts = block_texts(Path(cfg.out) / "blocks")
             answer_sets = {n: (qs, answerable(qs, texts)) for n, qs in sets.items()}
             cloze = {"ict": (summary["heldout_accuracy_retrieval_start"],
                              summary["heldout_accuracy_closed_book_start"]),
-                     "realm": (summary["heldout_accuracy_retrieval"], summary["heldout_accuracy_closed_book"])}
+                     "realm": (summary["heldout_accuracy_retrieval"], summary["heldout_accuracy_closed_book"])
+                     } if "heldout_accuracy_retrieval" in summary else {}  # fmt: skip
             run = {"summary": summary, "answerable": {n: sum(a) for n, (_, a) in answer_sets.items()}, "cloze": cloze,
-                   "retrieval": retrieval_rows(cfg, answer_sets, texts, bm25)}  # fmt: skip
+                   "retrieval": retrieval_rows(cfg, names, answer_sets, texts, bm25)}  # fmt: skip
             if args.qa_rows:
                 run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows)
             timing[f"{init}/seed{seed}"] = time.perf_counter() - t

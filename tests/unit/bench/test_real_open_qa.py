@@ -4,9 +4,13 @@ them to fit 30 minutes on 2 cores: the bench's figures and the default's cost ar
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
+
+import pytest
 
 from realm.core.config import load_config, read_yaml
-from realm.pipeline.real_text import RealTextConfig
+from realm.data.cloze_sets import ClozeSets
+from realm.pipeline.real_text import RealTextConfig, pretrain_config
 from tests.helpers import ROOT, bench_module
 
 real_open_qa = bench_module("real_open_qa")
@@ -56,3 +60,65 @@ def test_a_users_pretraining_overrides_beside_gpu_are_merged_key_by_key_and_win(
     others = {k: v for k, v in gpu_config["refresh"].items() if k != "builder_devices"}
     assert {k: both["refresh"][k] for k in others} == others  # and the GPU config's other keys stay
     assert both["train"]["prefetch_candidates"] is True
+
+
+def _folder_config(tmp_path) -> RealTextConfig:
+    """The MiniLM pipeline's config with a stand-in folder: what it names, not its weights, is under test."""
+    overrides = {"out": str(tmp_path / "run"), "init_from": str(tmp_path / "bert")}
+    return load_config(RealTextConfig, ROOT / "configs/real_text/minilm.yaml", overrides)
+
+
+def test_through_runs_the_pipeline_only_as_far_as_the_last_retriever_needs(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    scratch, folder = real_open_qa.pipeline_config("scratch", 0, tmp_path, []), _folder_config(tmp_path)
+    # an init folder's start is the folder itself: its blocks suffice; the scratch start is the warmed-up encoder
+    assert [real_open_qa.stop_after(folder, t) for t in real_open_qa.DENSE] == ["data", "warm_start", "pretrain"]
+    stages = [real_open_qa.stop_after(scratch, t) for t in real_open_qa.DENSE]
+    assert stages == ["warm_start", "warm_start", "pretrain"]
+    out = Path(scratch.out)
+    assert not real_open_qa.done(scratch, {}, "data")
+    assert real_open_qa.done(scratch, {"num_blocks": 3}, "data")
+    assert not real_open_qa.done(scratch, {"num_blocks": 3}, "warm_start")
+    (out / "ict" / "retriever").mkdir(parents=True)
+    assert real_open_qa.done(scratch, {"num_blocks": 3}, "warm_start")
+    assert not real_open_qa.done(scratch, {"num_blocks": 3}, "pretrain")
+    assert real_open_qa.done(scratch, {"heldout_accuracy_retrieval": 0.1}, "pretrain")
+
+
+def test_before_pretraining_the_start_is_shaped_as_the_pipeline_would_pretrain_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(ROOT)
+    cfg = _folder_config(tmp_path)
+    pretrain, bert = real_open_qa.retriever_shape(cfg)
+    data = {"tokenizer": cfg.init_from, "blocks": str(tmp_path / "run" / "blocks")}
+    sets = ClozeSets(tmp_path / "x.jsonl", tmp_path / "h.jsonl", 0, 0, 0, 0)
+    written = pretrain_config(cfg, data, sets, warmed=True)
+    assert pretrain.retriever == written.retriever and bert == cfg.init_from
+    assert (pretrain.retriever.pooling, pretrain.retriever.init_projection) == ("model", "identity")
+    assert (pretrain.data.tokenizer, pretrain.data.blocks) == (data["tokenizer"], data["blocks"])
+
+
+def test_qa_rows_past_through_are_refused_before_anything_runs(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        real_open_qa.main(["--work", str(tmp_path), "--through", "start", "--qa-rows", "start", "bm25"])
+    assert exit_info.value.code == 2 and "--qa-rows bm25" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_the_table_has_a_line_for_each_retriever_measured_and_no_pairs_without_realm():
+    row = {s: {f"top_{k}{a}": 0.5 for k in (1, 5, 20) for a in ("", "_answerable")} for s in real_open_qa.EVAL_SETS}
+    result = {"runs": {("minilm", 0): {"cloze": {}, "retrieval": {"bm25": row, "start": row}}}}
+    lines = real_open_qa.format_table(result).splitlines()
+    assert len(lines) == 4
+    assert lines[2].startswith("| minilm s0 | bm25 |") and lines[3].startswith("| minilm s0 | start |")
+    assert real_open_qa.paired(result) == ""
+
+
+def test_the_paired_difference_of_one_seed_has_no_standard_error_and_of_two_has_one():
+    def run(ict: float, realm: float) -> dict:
+        rows = {name: {"nq": {"top_20_answerable": value}} for name, value in (("ict", ict), ("realm", realm))}
+        return {"retrieval": rows}
+
+    one = real_open_qa.paired({"runs": {("minilm", 0): run(0.4, 0.5)}})
+    assert "+0.100 over 1 seed(s), positive in 1" in one and "±" not in one
+    two = real_open_qa.paired({"runs": {("scratch", 0): run(0.5, 0.7), ("scratch", 1): run(0.4, 0.4)}})
+    assert "+0.100 ± 0.100 over 2 seed(s), positive in 1" in two
