@@ -240,7 +240,7 @@ def paired(result: dict) -> str:
 
 def done(cfg: RealTextConfig, summary: dict, stage: str) -> bool:
     """Whether ``cfg``'s run already holds what ``stage`` makes: a summary with the held-out figures for pre-training,
-    the ICT retriever for the warm start, the blocks for the data stage (a finished stage is not rerun)."""
+    the ICT retriever for the warm start, any summary for the data stage (which writes one after the blocks)."""
     out = Path(cfg.out)
     if stage == "pretrain":
         return "heldout_accuracy_retrieval" in summary
