@@ -130,10 +130,11 @@ def block_texts(blocks_dir) -> list[str]:
     return titled_texts(blocks["title"], blocks["text"])
 
 
-def retrievers(cfg: RealTextConfig, names: tuple[str, ...]) -> dict[str, Retriever]:
-    """The dense retrievers ``names`` of one pipeline run: as it starts, after ICT, after REALM."""
+def retrievers(cfg: RealTextConfig, names: tuple[str, ...], pretrain: PretrainConfig, bert: str
+               ) -> dict[str, Retriever]:  # fmt: skip
+    """The dense retrievers ``names`` of one pipeline run: as it starts, after ICT, after REALM (``pretrain`` and
+    ``bert``: the run's ``retriever_shape``)."""
     out = Path(cfg.out)
-    pretrain, bert = retriever_shape(cfg)
     torch.manual_seed(cfg.seed)  # note: the scratch start's projection is random; seeded, it is the same every time
     load = {"start": lambda: Retriever.from_bert(bert, pretrain.retriever),
             "ict": lambda: Retriever.from_pretrained(out / "ict" / "retriever"),
@@ -145,11 +146,11 @@ def retrieval_rows(cfg: RealTextConfig, names: tuple[str, ...], sets: dict, text
                    bm25: dict) -> dict[str, dict]:  # fmt: skip
     """``{retriever: {set: accuracy row}}`` for the dense retrievers ``names`` of ``cfg``'s run, plus the shared BM25
     rows; ``texts`` are the run's ``block_texts``."""
-    pretrain, _ = retriever_shape(cfg)
+    pretrain, bert = retriever_shape(cfg)
     tokenizer, blocks = load_tokenizer(pretrain.data.tokenizer), load_blocks(pretrain.data.blocks)
     rows = {}
     device = "cuda" if torch.cuda.is_available() else "cpu"  # note: 13k blocks x 3 retrievers x seeds, on a GPU
-    for name, retriever in retrievers(cfg, names).items():
+    for name, retriever in retrievers(cfg, names, pretrain, bert).items():
         retriever.eval().to(device)
         length = pretrain.retriever.max_block_length
         docs = embed_corpus(retriever.doc_embedder, blocks, SpecialIds.of(tokenizer), length)
