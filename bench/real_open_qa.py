@@ -46,12 +46,14 @@ from retrieval_accuracy import (  # noqa: E402; fmt: skip
     embed_questions,
 )
 
+from realm.core.atomic import write_text_atomic  # noqa: E402
 from realm.core.config import load_config, merge_sections, parse_overrides, read_yaml  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.finetune.evaluate_qa import load_qa_run  # noqa: E402
+from realm.finetune.setup import MODEL_DIR  # noqa: E402
 from realm.index.text_bm25 import bm25_rankings, titled_texts  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
 from realm.pipeline.real_text import RETRIEVER_SHAPE, RealTextConfig, finetune_config, run_real_text  # noqa: E402
@@ -61,6 +63,7 @@ from realm.pretrain.heldout_eval import embed_corpus  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
 from realm.qa.datasets import load_task  # noqa: E402
 from realm.qa.qa_eval import DEFAULT_TOP_K, evaluate_qa  # noqa: E402
+from realm.run import publication  # noqa: E402
 from realm.run.layout import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 
 logger = logging.getLogger("bench.real_open_qa")
@@ -80,6 +83,8 @@ GPU_CONFIG = REPO / "configs/real_text/gpu.yaml"
 """``--gpu`` takes this config's ``pretrain_overrides`` (the builder on the trainer's GPU, candidates prefetched)."""
 DENSE = ("start", "ict", "realm")
 QA_ROWS = ("bm25", *DENSE)
+BENCH_EM = "bench_em.json"
+"""A QA row's exact match on the bench's questions, with their count per set (another count re-evaluates)."""
 
 
 def stop_after(cfg: RealTextConfig, through: str) -> str:
@@ -183,22 +188,31 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     rows = {}
+    counts = {set_name: len(questions) for set_name, (questions, _) in sets.items()}
     for name, sections in ((name, starts[name]) for name in names):
         qa_dir = out / f"qa_{name}"
-        if not (qa_dir / "bench_em.json").is_file():
-            finetune_and_evaluate(finetune_config(cfg, qa_dir, {"retriever": retriever, **sections}))
-            model, ctx, _ = load_qa_run(qa_dir)
-            em = {}
-            for set_name, (questions, can_answer) in sets.items():
-                # note: the run's own candidates (its manifest's retrieval.candidates), as realm evaluate reads them
-                question_set = ctx.question_set(questions, max(DEFAULT_TOP_K))
-                _, records = evaluate_qa(model, question_set, ctx, batch_size=32)
-                hits = [bool(r["correct"]) for r in records]
-                kept = [h for h, ok in zip(hits, can_answer) if ok]
-                em[set_name] = {"em": sum(hits) / len(hits), "em_answerable": sum(kept) / max(len(kept), 1)}
-            (qa_dir / "bench_em.json").write_text(json.dumps(em))
-        rows[name] = json.loads((qa_dir / "bench_em.json").read_text())
+        saved = json.loads((qa_dir / BENCH_EM).read_text()) if (qa_dir / BENCH_EM).is_file() else {}
+        if saved.get("questions") != counts:  # note: another --questions re-evaluates; it does not fine-tune again
+            if publication.read_manifest(qa_dir / MODEL_DIR) is None:
+                finetune_and_evaluate(finetune_config(cfg, qa_dir, {"retriever": retriever, **sections}))
+            saved = {"questions": counts, "em": exact_match(qa_dir, sets)}
+            write_text_atomic(qa_dir / BENCH_EM, json.dumps(saved))
+        rows[name] = saved["em"]
     return rows
+
+
+def exact_match(qa_dir: Path, sets: dict) -> dict[str, dict]:
+    """``{set: {em, em_answerable}}`` of the fine-tuned QA run in ``qa_dir`` on ``sets``."""
+    model, ctx, _ = load_qa_run(qa_dir)
+    em = {}
+    for set_name, (questions, can_answer) in sets.items():
+        # note: the run's own candidates (its manifest's retrieval.candidates), as realm evaluate reads them
+        question_set = ctx.question_set(questions, max(DEFAULT_TOP_K))
+        _, records = evaluate_qa(model, question_set, ctx, batch_size=32)
+        hits = [bool(r["correct"]) for r in records]
+        kept = [h for h, ok in zip(hits, can_answer) if ok]
+        em[set_name] = {"em": sum(hits) / len(hits), "em_answerable": sum(kept) / max(len(kept), 1)}
+    return em
 
 
 def format_table(result: dict) -> str:
@@ -221,21 +235,20 @@ def format_table(result: dict) -> str:
 
 
 def paired(result: dict) -> str:
-    """REALM - ICT over seeds, per init: mean and standard error of NQ EM (answerable) and top-20 (answerable)."""
+    """REALM - ICT over seeds, per init and set: mean and standard error of top-20 and EM over answerable questions."""
+    columns = (("top-20 answerable", lambda r, n, s: r["retrieval"][n].get(s, {}).get("top_20_answerable")),
+               ("EM answerable", lambda r, n, s: r.get("qa", {}).get(n, {}).get(s, {}).get("em_answerable")))
     lines = []
     for init in sorted({init for init, _ in result["runs"]}):
-        runs = [run for (i, _), run in result["runs"].items() if i == init]
-        for label, get in (
-            ("NQ top-20 answerable", lambda r, n: r["retrieval"][n]["nq"]["top_20_answerable"]),
-            ("NQ EM answerable", lambda r, n: r.get("qa", {}).get(n, {}).get("nq", {}).get("em_answerable")),
-        ):
-            diffs = [get(r, "realm") - get(r, "ict") for r in runs
-                     if "realm" in r["retrieval"] and get(r, "realm") is not None]  # fmt: skip
+        runs = [run for (i, _), run in result["runs"].items() if i == init and "realm" in run["retrieval"]]
+        for (label, get), set_name in ((column, s) for column in columns for s in EVAL_SETS):
+            diffs = [get(r, "realm", set_name) - get(r, "ict", set_name) for r in runs
+                     if get(r, "realm", set_name) is not None]  # fmt: skip
             if diffs:
                 mean, err = mean_and_error(diffs)
                 spread = f" ± {err:.3f}" if len(diffs) > 1 else ""  # note: one seed has no standard error
-                lines.append(f"{init}: realm - ict, {label}: {mean:+.3f}{spread} over {len(diffs)} seed(s), "
-                             f"positive in {sum(d > 0 for d in diffs)}")  # fmt: skip
+                lines.append(f"{init}: realm - ict, {set_name} {label}: {mean:+.3f}{spread} over {len(diffs)} "
+                             f"seed(s), positive in {sum(d > 0 for d in diffs)}")  # fmt: skip
     return "\n".join(lines)
 
 

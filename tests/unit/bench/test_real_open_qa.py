@@ -11,6 +11,7 @@ import pytest
 from realm.core.config import load_config, read_yaml
 from realm.data.cloze_sets import ClozeSets
 from realm.pipeline.real_text import RealTextConfig, pretrain_config
+from realm.pretrain.config import PretrainConfig
 from tests.helpers import ROOT, bench_module
 
 real_open_qa = bench_module("real_open_qa")
@@ -119,6 +120,49 @@ def test_the_paired_difference_of_one_seed_has_no_standard_error_and_of_two_has_
         return {"retrieval": rows}
 
     one = real_open_qa.paired({"runs": {("minilm", 0): run(0.4, 0.5)}})
-    assert "+0.100 over 1 seed(s), positive in 1" in one and "±" not in one
+    assert "nq top-20 answerable: +0.100 over 1 seed(s), positive in 1" in one and "±" not in one
     two = real_open_qa.paired({"runs": {("scratch", 0): run(0.5, 0.7), ("scratch", 1): run(0.4, 0.4)}})
-    assert "+0.100 ± 0.100 over 2 seed(s), positive in 1" in two
+    assert "nq top-20 answerable: +0.100 ± 0.100 over 2 seed(s), positive in 1" in two
+
+
+def test_the_paired_differences_cover_every_set_for_both_columns():
+    def run(delta: float) -> dict:
+        cell = {s: {"top_20_answerable": 0.5, "em_answerable": 0.1} for s in real_open_qa.EVAL_SETS}
+        moved = {s: {"top_20_answerable": 0.5 + delta, "em_answerable": 0.1 - delta} for s in real_open_qa.EVAL_SETS}
+        return {"retrieval": {"ict": cell, "realm": moved}, "qa": {"ict": cell, "realm": moved}}
+
+    lines = real_open_qa.paired({"runs": {("minilm", 0): run(0.02), ("minilm", 1): run(0.04)}}).splitlines()
+    assert len(lines) == 2 * len(real_open_qa.EVAL_SETS)
+    for set_name in real_open_qa.EVAL_SETS:
+        head = f"minilm: realm - ict, {set_name}"
+        assert f"{head} top-20 answerable: +0.030 ± 0.010 over 2 seed(s), positive in 2" in lines
+        assert f"{head} EM answerable: -0.030 ± 0.010 over 2 seed(s), positive in 0" in lines
+
+
+def test_a_qa_row_is_fine_tuned_once_and_evaluated_again_only_for_other_questions(tmp_path, monkeypatch):
+    calls = []
+
+    def fine_tune(cfg):  # publishes the row's model, as realm finetune does at its end
+        calls.append("finetune")
+        (tmp_path / "qa_ict" / "model").mkdir(parents=True)
+        (tmp_path / "qa_ict" / "model" / "manifest.json").write_text("{}")
+
+    def exact_match(qa_dir, sets):
+        calls.append(("evaluate", {name: len(questions) for name, (questions, _) in sets.items()}))
+        return {name: {"em": 0.0, "em_answerable": 0.0} for name in sets}
+
+    pretrain = load_config(PretrainConfig, overrides={})
+    monkeypatch.setattr(real_open_qa, "retriever_shape", lambda cfg: (pretrain, "bert"))
+    monkeypatch.setattr(real_open_qa, "finetune_config", lambda cfg, qa_dir, sections: None)
+    monkeypatch.setattr(real_open_qa, "finetune_and_evaluate", fine_tune)
+    monkeypatch.setattr(real_open_qa, "exact_match", exact_match)
+    cfg = dataclasses.replace(load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml"), out=str(tmp_path))
+
+    def sets(n: int) -> dict:
+        return {"nq": (["q"] * n, [True] * n), "wq": (["q"] * 2, [False] * 2)}
+
+    real_open_qa.qa_rows(cfg, sets(3), ["ict"])
+    real_open_qa.qa_rows(cfg, sets(3), ["ict"])
+    rows = real_open_qa.qa_rows(cfg, sets(5), ["ict"])
+    assert calls == ["finetune", ("evaluate", {"nq": 3, "wq": 2}), ("evaluate", {"nq": 5, "wq": 2})]
+    assert rows == {"ict": {"nq": {"em": 0.0, "em_answerable": 0.0}, "wq": {"em": 0.0, "em_answerable": 0.0}}}
