@@ -18,10 +18,11 @@ the corpus (``retrieval_accuracy.answerable``), and exact match after QA fine-tu
 candidates (``retrieval.candidates=bm25``: the same reader, budget and fine-tuning; only the blocks differ). Closed-book
 QA has no row: the project's reader extracts spans from retrieved blocks, so with the null document alone its exact
 match is 0 by construction; the closed-book column of the held-out cloze is REALM's own closed-book comparison.
-``bench/evidence_runs.py``-style paired differences (realm - ict) with standard errors over seeds close the table.
-Resumable: a finished stage is not rerun. ``--through start`` (or ``ict``) runs the pipeline only as far as that
-retriever needs (MiniLM as it is needs only the blocks in its vocabulary; the scratch start needs the warm start) and
-gives the rows up to it: the cheap first look at an init on a machine where its pre-training is too slow.
+``bench/evidence_runs.py``-style paired differences (realm - ict, every set, top-20 and EM over answerable questions)
+with standard errors over seeds close the table. Resumable: a finished stage is not rerun (a QA row already fine-tuned
+is only evaluated again, when ``--questions`` changes). ``--through start`` (or ``ict``) runs the pipeline only as far
+as that retriever needs (MiniLM as it is needs only the blocks in its vocabulary; the scratch start needs the warm
+start) and gives the rows up to it: the cheap first look at an init on a machine where its pre-training is too slow.
 """
 
 from __future__ import annotations
