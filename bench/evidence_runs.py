@@ -36,6 +36,13 @@ def mean_and_error(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(variance / len(values))
 
 
+def mcnemar_p(only_a: int, only_b: int) -> float:
+    """Exact two-sided McNemar p of two paired 0/1 rows that disagree ``only_a + only_b`` times: under no difference
+    each disagreement goes either way with probability 1/2 (a binomial sign test)."""
+    n = only_a + only_b
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n)
+
+
 def recall(row: dict) -> float:
     return next(v for k, v in row.items() if k.startswith("gold_recall@"))
 

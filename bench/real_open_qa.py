@@ -19,10 +19,13 @@ candidates (``retrieval.candidates=bm25``: the same reader, budget and fine-tuni
 QA has no row: the project's reader extracts spans from retrieved blocks, so with the null document alone its exact
 match is 0 by construction; the closed-book column of the held-out cloze is REALM's own closed-book comparison.
 ``bench/evidence_runs.py``-style paired differences (realm - ict, every set, top-20 and EM over answerable questions)
-with standard errors over seeds close the table. Resumable: a finished stage is not rerun (a QA row already fine-tuned
-is only evaluated again, when ``--questions`` changes). ``--through start`` (or ``ict``) runs the pipeline only as far
-as that retriever needs (MiniLM as it is needs only the blocks in its vocabulary; the scratch start needs the warm
-start) and gives the rows up to it: the cheap first look at an init on a machine where its pre-training is too slow.
+with standard errors over seeds close the table, then per seed the answerable questions only one of the two QA rows gets
+right, with the exact McNemar p. Resumable: a finished stage is not rerun, a QA row is fine-tuned once, and its
+predictions on each set are read back (``qa_ROW/eval/SET_N/predictions.jsonl`` for N questions, as ``realm evaluate
+--name SET_N`` writes them), so another ``--questions`` only evaluates the sets it changes. ``--through start`` (or
+``ict``) runs the pipeline only as far as that retriever needs (MiniLM as it is needs only the blocks in its vocabulary;
+the scratch start needs the warm start) and gives the rows up to it: the cheap first look at an init on a machine where
+its pre-training is too slow.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from pathlib import Path
 from harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
 import torch  # noqa: E402
-from evidence_runs import mean_and_error  # noqa: E402
+from evidence_runs import mcnemar_p, mean_and_error  # noqa: E402
 from retrieval_accuracy import (  # noqa: E402; fmt: skip
     KS,
     accuracy_row,
@@ -47,13 +50,12 @@ from retrieval_accuracy import (  # noqa: E402; fmt: skip
     embed_questions,
 )
 
-from realm.core.atomic import write_text_atomic  # noqa: E402
 from realm.core.config import load_config, merge_sections, parse_overrides, read_yaml  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
-from realm.finetune.evaluate_qa import load_qa_run  # noqa: E402
+from realm.finetune.evaluate_qa import PREDICTIONS_FILE, load_qa_run, write_evaluation  # noqa: E402
 from realm.finetune.setup import MODEL_DIR  # noqa: E402
 from realm.index.text_bm25 import bm25_rankings, titled_texts  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
@@ -84,8 +86,6 @@ GPU_CONFIG = REPO / "configs/real_text/gpu.yaml"
 """``--gpu`` takes this config's ``pretrain_overrides`` (the builder on the trainer's GPU, candidates prefetched)."""
 DENSE = ("start", "ict", "realm")
 QA_ROWS = ("bm25", *DENSE)
-BENCH_EM = "bench_em.json"
-"""A QA row's exact match on the bench's questions, with their count per set (another count re-evaluates)."""
 
 
 def stop_after(cfg: RealTextConfig, through: str) -> str:
@@ -189,30 +189,35 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     rows = {}
-    counts = {set_name: len(questions) for set_name, (questions, _) in sets.items()}
     for name, sections in ((name, starts[name]) for name in names):
         qa_dir = out / f"qa_{name}"
-        saved = json.loads((qa_dir / BENCH_EM).read_text()) if (qa_dir / BENCH_EM).is_file() else {}
-        if saved.get("questions") != counts:  # note: another --questions re-evaluates; it does not fine-tune again
-            if publication.read_manifest(qa_dir / MODEL_DIR) is None:
-                finetune_and_evaluate(finetune_config(cfg, qa_dir, {"retriever": retriever, **sections}))
-            saved = {"questions": counts, "em": exact_match(qa_dir, sets)}
-            write_text_atomic(qa_dir / BENCH_EM, json.dumps(saved))
-        rows[name] = saved["em"]
+        if publication.read_manifest(qa_dir / MODEL_DIR) is None:
+            finetune_and_evaluate(finetune_config(cfg, qa_dir, {"retriever": retriever, **sections}))
+        rows[name] = exact_match(qa_dir, sets)
     return rows
 
 
 def exact_match(qa_dir: Path, sets: dict) -> dict[str, dict]:
-    """``{set: {em, em_answerable}}`` of the fine-tuned QA run in ``qa_dir`` on ``sets``."""
-    model, ctx, _ = load_qa_run(qa_dir)
+    """``{set: {em, em_answerable, correct_answerable}}`` of the fine-tuned QA run in ``qa_dir`` on ``sets``; the last
+    is one 0/1 per answerable question, in order, for the paired test. Each set's predictions are
+    ``qa_dir/eval/SET_N/predictions.jsonl`` (N questions), as ``realm evaluate --name SET_N`` writes them: a set whose
+    file holds the same questions is read, not evaluated again."""
+    loaded = None
     em = {}
     for set_name, (questions, can_answer) in sets.items():
-        # note: the run's own candidates (its manifest's retrieval.candidates), as realm evaluate reads them
-        question_set = ctx.question_set(questions, max(DEFAULT_TOP_K))
-        _, records = evaluate_qa(model, question_set, ctx, batch_size=32)
-        hits = [bool(r["correct"]) for r in records]
+        name = f"{set_name}_{len(questions)}"
+        saved = qa_dir / "eval" / name / PREDICTIONS_FILE
+        records = [json.loads(line) for line in saved.read_text().splitlines()] if saved.is_file() else []
+        if [r["question"] for r in records] != [q.question for q in questions]:
+            loaded = loaded or load_qa_run(qa_dir)
+            model, ctx, manifest = loaded
+            # note: the run's own candidates (its manifest's retrieval.candidates), as realm evaluate reads them
+            metrics, records = evaluate_qa(model, ctx.question_set(questions, max(DEFAULT_TOP_K)), ctx, batch_size=32)
+            write_evaluation(qa_dir, name, metrics, records, step=int(manifest.get("step", 0)))
+        hits = [int(bool(r["correct"])) for r in records]
         kept = [h for h, ok in zip(hits, can_answer) if ok]
-        em[set_name] = {"em": sum(hits) / len(hits), "em_answerable": sum(kept) / max(len(kept), 1)}
+        em[set_name] = {"em": sum(hits) / len(hits), "em_answerable": sum(kept) / max(len(kept), 1),
+                        "correct_answerable": kept}  # fmt: skip
     return em
 
 
@@ -236,20 +241,28 @@ def format_table(result: dict) -> str:
 
 
 def paired(result: dict) -> str:
-    """REALM - ICT over seeds, per init and set: mean and standard error of top-20 and EM over answerable questions."""
+    """REALM - ICT over seeds, per init and set: mean and standard error of top-20 and EM over answerable questions;
+    then, per seed and set, the questions only one of the two QA rows answers, with the exact McNemar p."""
     columns = (("top-20 answerable", lambda r, n, s: r["retrieval"][n].get(s, {}).get("top_20_answerable")),
                ("EM answerable", lambda r, n, s: r.get("qa", {}).get(n, {}).get(s, {}).get("em_answerable")))
     lines = []
     for init in sorted({init for init, _ in result["runs"]}):
-        runs = [run for (i, _), run in result["runs"].items() if i == init and "realm" in run["retrieval"]]
+        runs = {seed: run for (i, seed), run in result["runs"].items() if i == init and "realm" in run["retrieval"]}
         for (label, get), set_name in ((column, s) for column in columns for s in EVAL_SETS):
-            diffs = [get(r, "realm", set_name) - get(r, "ict", set_name) for r in runs
+            diffs = [get(r, "realm", set_name) - get(r, "ict", set_name) for r in runs.values()
                      if get(r, "realm", set_name) is not None]  # fmt: skip
             if diffs:
                 mean, err = mean_and_error(diffs)
                 spread = f" ± {err:.3f}" if len(diffs) > 1 else ""  # note: one seed has no standard error
                 lines.append(f"{init}: realm - ict, {set_name} {label}: {mean:+.3f}{spread} over {len(diffs)} "
                              f"seed(s), positive in {sum(d > 0 for d in diffs)}")  # fmt: skip
+        for seed, set_name in ((seed, s) for seed in sorted(runs) for s in EVAL_SETS):
+            rows = [runs[seed].get("qa", {}).get(n, {}).get(set_name, {}).get("correct_answerable") for n in DENSE[1:]]
+            if None not in rows:  # note: both rows read the same blocks, so their answerable questions are the same
+                only_realm = sum(r and not i for i, r in zip(*rows))
+                only_ict = sum(i and not r for i, r in zip(*rows))
+                lines.append(f"{init} s{seed}: {set_name} answerable questions right with realm only {only_realm}, "
+                             f"ict only {only_ict}, exact McNemar p {mcnemar_p(only_realm, only_ict):.3f}")
     return "\n".join(lines)
 
 

@@ -3,6 +3,7 @@ checked against the figures worked out by hand."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 
@@ -27,6 +28,16 @@ def test_mean_and_standard_error_by_hand():
     assert mean == pytest.approx(0.7)
     assert err == pytest.approx(0.2 / math.sqrt(3))  # sample sd 0.2 over sqrt(3) runs
     assert math.isnan(evidence_runs.mean_and_error([0.4])[1])
+
+
+@pytest.mark.parametrize("only_a, only_b", [(0, 0), (5, 0), (0, 5), (3, 3), (7, 2), (2, 9), (1, 10)])
+def test_the_exact_mcnemar_p_is_the_share_of_sign_patterns_at_least_as_lopsided(only_a, only_b):
+    n = only_a + only_b
+    lopsided = abs(only_a - only_b)
+    # every way the n disagreements could have split under no difference, each equally likely
+    patterns = [sum(signs) for signs in itertools.product((0, 1), repeat=n)]
+    brute = sum(abs(2 * a - n) >= lopsided for a in patterns) / len(patterns)
+    assert evidence_runs.mcnemar_p(only_a, only_b) == pytest.approx(brute)
 
 
 def test_paired_differences_count_the_runs_each_way(tmp_path, capsys):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -139,7 +140,7 @@ def test_the_paired_differences_cover_every_set_for_both_columns():
         assert f"{head} EM answerable: -0.030 ± 0.010 over 2 seed(s), positive in 0" in lines
 
 
-def test_a_qa_row_is_fine_tuned_once_and_evaluated_again_only_for_other_questions(tmp_path, monkeypatch):
+def test_a_qa_row_is_fine_tuned_once_and_read_back_by_exact_match_each_time(tmp_path, monkeypatch):
     calls = []
 
     def fine_tune(cfg):  # publishes the row's model, as realm finetune does at its end
@@ -148,8 +149,8 @@ def test_a_qa_row_is_fine_tuned_once_and_evaluated_again_only_for_other_question
         (tmp_path / "qa_ict" / "model" / "manifest.json").write_text("{}")
 
     def exact_match(qa_dir, sets):
-        calls.append(("evaluate", {name: len(questions) for name, (questions, _) in sets.items()}))
-        return {name: {"em": 0.0, "em_answerable": 0.0} for name in sets}
+        calls.append(("exact_match", qa_dir.name))
+        return {name: {"em": 0.0} for name in sets}
 
     pretrain = load_config(PretrainConfig, overrides={})
     monkeypatch.setattr(real_open_qa, "retriever_shape", lambda cfg: (pretrain, "bert"))
@@ -157,12 +158,54 @@ def test_a_qa_row_is_fine_tuned_once_and_evaluated_again_only_for_other_question
     monkeypatch.setattr(real_open_qa, "finetune_and_evaluate", fine_tune)
     monkeypatch.setattr(real_open_qa, "exact_match", exact_match)
     cfg = dataclasses.replace(load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml"), out=str(tmp_path))
+    sets = {"nq": ([], [])}
+    real_open_qa.qa_rows(cfg, sets, ["ict"])
+    assert real_open_qa.qa_rows(cfg, sets, ["ict"]) == {"ict": {"nq": {"em": 0.0}}}
+    assert calls == ["finetune", ("exact_match", "qa_ict"), ("exact_match", "qa_ict")]
 
-    def sets(n: int) -> dict:
-        return {"nq": (["q"] * n, [True] * n), "wq": (["q"] * 2, [False] * 2)}
 
-    real_open_qa.qa_rows(cfg, sets(3), ["ict"])
-    real_open_qa.qa_rows(cfg, sets(3), ["ict"])
-    rows = real_open_qa.qa_rows(cfg, sets(5), ["ict"])
-    assert calls == ["finetune", ("evaluate", {"nq": 3, "wq": 2}), ("evaluate", {"nq": 5, "wq": 2})]
-    assert rows == {"ict": {"nq": {"em": 0.0, "em_answerable": 0.0}, "wq": {"em": 0.0, "em_answerable": 0.0}}}
+def test_exact_match_evaluates_only_the_sets_whose_predictions_are_not_saved_for_those_questions(tmp_path, monkeypatch):
+    evaluated = []
+
+    def evaluate_qa(model, questions, ctx, batch_size):  # right on every question whose text ends in "!"
+        evaluated.append([q.question for q in questions])
+        records = [{"question": q.question, "correct": q.question.endswith("!")} for q in questions]
+        return {"exact_match": 0.0}, records
+
+    context = SimpleNamespace(question_set=lambda questions, beam: questions)
+    monkeypatch.setattr(real_open_qa, "load_qa_run", lambda qa_dir: ("model", context, {"step": 7}))
+    monkeypatch.setattr(real_open_qa, "evaluate_qa", evaluate_qa)
+
+    def question_set(*texts: str) -> tuple:
+        return [SimpleNamespace(question=t) for t in texts], [not t.startswith("x") for t in texts]
+
+    nq, wq = question_set("a!", "b", "xc!", "d!"), question_set("e", "f!")
+    first = real_open_qa.exact_match(tmp_path, {"nq": nq, "wq": wq})
+    assert evaluated == [["a!", "b", "xc!", "d!"], ["e", "f!"]]
+    assert (tmp_path / "eval" / "nq_4" / "predictions.jsonl").is_file()  # where realm evaluate --name nq_4 writes
+    assert first["nq"] == {"em": 0.75, "em_answerable": pytest.approx(2 / 3), "correct_answerable": [1, 0, 1]}
+    assert first["wq"] == {"em": 0.5, "em_answerable": 0.5, "correct_answerable": [0, 1]}
+    assert real_open_qa.exact_match(tmp_path, {"nq": nq, "wq": wq}) == first
+    assert len(evaluated) == 2  # read back, not evaluated again
+    fewer = (nq[0][:2], nq[1][:2])
+    assert real_open_qa.exact_match(tmp_path, {"nq": fewer, "wq": wq})["nq"]["em"] == 0.5
+    assert evaluated[2:] == [["a!", "b"]]
+    # a saved file of other questions (another question file of the same length) is not taken for these
+    other = question_set("g", "h", "i", "j!")
+    assert real_open_qa.exact_match(tmp_path, {"nq": other})["nq"]["em"] == 0.25
+    assert evaluated[3:] == [["g", "h", "i", "j!"]]
+
+
+def test_the_paired_lines_count_the_answerable_questions_only_one_qa_row_gets_right():
+    def run(ict: list[int], realm: list[int]) -> dict:
+        rows = {n: {"nq": {"top_20_answerable": 0.5}} for n in ("ict", "realm")}
+        qa = {n: {"nq": {"em_answerable": sum(c) / len(c), "correct_answerable": c}} for n, c in
+              (("ict", ict), ("realm", realm))}  # fmt: skip
+        return {"retrieval": rows, "qa": qa}
+
+    result = {"runs": {("minilm", 0): run([1, 0, 0, 0, 0, 1], [1, 1, 1, 1, 1, 0]),
+                       ("minilm", 1): run([0, 0], [0, 0])}}  # fmt: skip
+    lines = real_open_qa.paired(result).splitlines()
+    # seed 0: realm alone right on 4 questions, ict alone on 1: p = 2 * (1 + 5) / 2**5
+    assert "minilm s0: nq answerable questions right with realm only 4, ict only 1, exact McNemar p 0.375" in lines
+    assert "minilm s1: nq answerable questions right with realm only 0, ict only 0, exact McNemar p 1.000" in lines
