@@ -42,6 +42,7 @@ from harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isor
 
 import torch  # noqa: E402
 from evidence_runs import mcnemar_p, mean_and_error  # noqa: E402
+from qa_pairs import load_predictions  # noqa: E402
 from retrieval_accuracy import (  # noqa: E402; fmt: skip
     KS,
     accuracy_row,
@@ -85,7 +86,12 @@ FULL_LENGTHS = ["--warm_start.warmup_steps=null", "--warm_start.ict_steps=null",
 GPU_CONFIG = REPO / "configs/real_text/gpu.yaml"
 """``--gpu`` takes this config's ``pretrain_overrides`` (the builder on the trainer's GPU, candidates prefetched)."""
 DENSE = ("start", "ict", "realm")
-QA_ROWS = ("bm25", *DENSE)
+QA_ROWS = ("bm25", *DENSE, "warm")
+RETRIEVER_OF = {"warm": "ict"}
+"""QA rows whose retriever is another row's: ``warm`` reads with the reader warm-up's encoder from ICT's retriever."""
+PAIRS = (("realm", "ict"), ("realm", "warm"))
+"""The paired differences: REALM over ORQA's start, and over the same start with the warmed-up reader (what the
+REALM pre-training steps alone add)."""
 
 
 def stop_after(cfg: RealTextConfig, through: str) -> str:
@@ -186,6 +192,10 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
     }
     # note: ORQA's start with the blocks BM25 proposes, so bm25 - ict is the retriever's share of the QA row
     starts["bm25"] = {**starts["ict"], "retrieval": {"candidates": "bm25"}}
+    # note: REALM's own start (warmed-up reader, ICT retriever), so realm - warm is the pre-training's share; for the
+    # scratch init the warm-up's encoder is already the start's, and warm is ict again
+    starts["warm"] = {"init": {"bert": str(out / "warmup" / "encoder"), "retriever": str(out / "ict" / "retriever")},
+                      "data": data}  # fmt: skip
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     rows = {}
@@ -206,8 +216,8 @@ def exact_match(qa_dir: Path, sets: dict) -> dict[str, dict]:
     em = {}
     for set_name, (questions, can_answer) in sets.items():
         name = f"{set_name}_{len(questions)}"
-        saved = qa_dir / "eval" / name / PREDICTIONS_FILE
-        records = [json.loads(line) for line in saved.read_text().splitlines()] if saved.is_file() else []
+        folder = qa_dir / "eval" / name
+        records = load_predictions(folder) if (folder / PREDICTIONS_FILE).is_file() else []
         if [r["question"] for r in records] != [q.question for q in questions]:
             loaded = loaded or load_qa_run(qa_dir)
             model, ctx, manifest = loaded
@@ -227,11 +237,12 @@ def format_table(result: dict) -> str:
     head += "".join(f" {s} top-1/5/20 (answerable) | {s} EM (answerable) |" for s in EVAL_SETS)
     lines = [head, "|" + "---|" * (3 + 2 * len(EVAL_SETS))]
     for (init, seed), run in sorted(result["runs"].items()):
-        for name in (name for name in ("bm25", *DENSE) if name in run["retrieval"]):
+        for name in (name for name in QA_ROWS if RETRIEVER_OF.get(name, name) in run["retrieval"]
+                     and (name not in RETRIEVER_OF or name in run.get("qa", {}))):  # fmt: skip
             cloze = run["cloze"].get(name)
             cells = [init + f" s{seed}", name, f"{cloze[0]:.3f} / {cloze[1]:.3f}" if cloze else ""]
             for s in EVAL_SETS:
-                acc = run["retrieval"][name][s]
+                acc = run["retrieval"][RETRIEVER_OF.get(name, name)][s]
                 cells.append(" / ".join(f"{acc[f'top_{k}']:.3f}" for k in KS) + " (" +
                              " / ".join(f"{acc[f'top_{k}_answerable']:.3f}" for k in KS) + ")")  # fmt: skip
                 em = run.get("qa", {}).get(name, {}).get(s)
@@ -241,28 +252,37 @@ def format_table(result: dict) -> str:
 
 
 def paired(result: dict) -> str:
-    """REALM - ICT over seeds, per init and set: mean and standard error of top-20 and EM over answerable questions;
-    then, per seed and set, the questions only one of the two QA rows answers, with the exact McNemar p."""
-    columns = (("top-20 answerable", lambda r, n, s: r["retrieval"][n].get(s, {}).get("top_20_answerable")),
-               ("EM answerable", lambda r, n, s: r.get("qa", {}).get(n, {}).get(s, {}).get("em_answerable")))
+    """Each of ``PAIRS`` (later - earlier) over seeds, per init and set: mean and standard error of top-20 and EM over
+    answerable questions; then, per seed and set, the questions only one of the two QA rows gets right, with the exact
+    McNemar p. A pair is left out where a run lacks either row."""
+    def top20(run: dict, name: str, set_name: str) -> float | None:
+        return run["retrieval"].get(name, {}).get(set_name, {}).get("top_20_answerable")
+
+    def qa(run: dict, name: str, set_name: str) -> dict:
+        return run.get("qa", {}).get(name, {}).get(set_name, {})
+
+    columns = (("top-20 answerable", top20), ("EM answerable", lambda r, n, s: qa(r, n, s).get("em_answerable")))
     lines = []
-    for init in sorted({init for init, _ in result["runs"]}):
-        runs = {seed: run for (i, seed), run in result["runs"].items() if i == init and "realm" in run["retrieval"]}
+    for init, (later, earlier) in ((i, p) for i in sorted({i for i, _ in result["runs"]}) for p in PAIRS):
+        runs = {seed: run for (i, seed), run in result["runs"].items() if i == init}
         for (label, get), set_name in ((column, s) for column in columns for s in EVAL_SETS):
-            diffs = [get(r, "realm", set_name) - get(r, "ict", set_name) for r in runs.values()
-                     if get(r, "realm", set_name) is not None]  # fmt: skip
+            if label.startswith("top-20") and {earlier, later} & set(RETRIEVER_OF):
+                continue  # note: a row with another row's retriever has no top-20 of its own
+            values = [(get(r, later, set_name), get(r, earlier, set_name)) for r in runs.values()]
+            diffs = [b - a for b, a in values if a is not None and b is not None]
             if diffs:
                 mean, err = mean_and_error(diffs)
                 spread = f" ± {err:.3f}" if len(diffs) > 1 else ""  # note: one seed has no standard error
-                lines.append(f"{init}: realm - ict, {set_name} {label}: {mean:+.3f}{spread} over {len(diffs)} "
-                             f"seed(s), positive in {sum(d > 0 for d in diffs)}")  # fmt: skip
+                lines.append(f"{init}: {later} - {earlier}, {set_name} {label}: {mean:+.3f}{spread} over "
+                             f"{len(diffs)} seed(s), positive in {sum(d > 0 for d in diffs)}")  # fmt: skip
         for seed, set_name in ((seed, s) for seed in sorted(runs) for s in EVAL_SETS):
-            rows = [runs[seed].get("qa", {}).get(n, {}).get(set_name, {}).get("correct_answerable") for n in DENSE[1:]]
+            rows = [qa(runs[seed], n, set_name).get("correct_answerable") for n in (earlier, later)]
             if None not in rows:  # note: both rows read the same blocks, so their answerable questions are the same
-                only_realm = sum(r and not i for i, r in zip(*rows))
-                only_ict = sum(i and not r for i, r in zip(*rows))
-                lines.append(f"{init} s{seed}: {set_name} answerable questions right with realm only {only_realm}, "
-                             f"ict only {only_ict}, exact McNemar p {mcnemar_p(only_realm, only_ict):.3f}")
+                only_later = sum(b and not a for a, b in zip(*rows))
+                only_earlier = sum(a and not b for a, b in zip(*rows))
+                p = mcnemar_p(only_later, only_earlier)
+                lines.append(f"{init} s{seed}: {set_name} answerable questions right with {later} only {only_later}, "
+                             f"{earlier} only {only_earlier}, exact McNemar p {p:.3f}")
     return "\n".join(lines)
 
 
@@ -282,8 +302,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--inits", nargs="+", choices=sorted(CONFIGS), default=["scratch"])
     parser.add_argument("--questions", type=int, default=500, help="first N questions of each evaluation set")
     parser.add_argument("--qa-rows", nargs="*", choices=QA_ROWS, default=list(QA_ROWS),
-                        help="rows to fine-tune for QA: the dense starts, and bm25 (ICT's start reading BM25's "
-                             "candidates); none: retrieval and held-out columns only")  # fmt: skip
+                        help="rows to fine-tune for QA: the dense starts, bm25 (ICT's start reading BM25's "
+                             "candidates) and warm (ICT's start with the warmed-up reader: REALM's own start); "
+                             "none: retrieval and held-out columns only")  # fmt: skip
     parser.add_argument("--set", nargs="*", default=[], help="pipeline overrides, e.g. pretrain_steps=200")
     parser.add_argument("--json", default=None)
     parser.add_argument("--gpu", action="store_true",
@@ -294,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                              "start needs, ict stops after the warm start; the held-out cloze needs realm")  # fmt: skip
     args = parser.parse_args(argv)
     names = DENSE[: DENSE.index(args.through) + 1]
-    unbuilt = sorted(set(args.qa_rows) - {*names, *(["bm25"] if "ict" in names else [])})
+    unbuilt = sorted(set(args.qa_rows) - {*names, *(["bm25", "warm"] if "ict" in names else [])})
     if unbuilt:
         parser.error(f"--qa-rows {' '.join(unbuilt)} need(s) a retriever past --through {args.through}")
     init_logging()

@@ -169,7 +169,8 @@ def test_exact_match_evaluates_only_the_sets_whose_predictions_are_not_saved_for
 
     def evaluate_qa(model, questions, ctx, batch_size):  # right on every question whose text ends in "!"
         evaluated.append([q.question for q in questions])
-        records = [{"question": q.question, "correct": q.question.endswith("!")} for q in questions]
+        records = [{"question": q.question, "correct": q.question.endswith("!"), "span_in_read_blocks": True}
+                   for q in questions]  # fmt: skip
         return {"exact_match": 0.0}, records
 
     context = SimpleNamespace(question_set=lambda questions, beam: questions)
@@ -209,3 +210,25 @@ def test_the_paired_lines_count_the_answerable_questions_only_one_qa_row_gets_ri
     # seed 0: realm alone right on 4 questions, ict alone on 1: p = 2 * (1 + 5) / 2**5
     assert "minilm s0: nq answerable questions right with realm only 4, ict only 1, exact McNemar p 0.375" in lines
     assert "minilm s1: nq answerable questions right with realm only 0, ict only 0, exact McNemar p 1.000" in lines
+
+
+def test_the_warm_row_reads_with_icts_retriever_and_pairs_with_realm_on_exact_match_only():
+    def cells(top20: float) -> dict:
+        row = {f"top_{k}{a}": top20 for k in (1, 5, 20) for a in ("", "_answerable")}
+        return {s: row for s in real_open_qa.EVAL_SETS}
+
+    def em(value: float) -> dict:
+        return {s: {"em": value, "em_answerable": value} for s in real_open_qa.EVAL_SETS}
+
+    run = {"cloze": {}, "retrieval": {"ict": cells(0.4), "realm": cells(0.5)},
+           "qa": {"ict": em(0.01), "warm": em(0.02), "realm": em(0.05)}}  # fmt: skip
+    table = real_open_qa.format_table({"runs": {("minilm", 0): run}}).splitlines()
+    warm = next(line for line in table if line.startswith("| minilm s0 | warm |"))
+    assert warm.count("0.400 / 0.400 / 0.400") == 2 * len(real_open_qa.EVAL_SETS) and "0.020 (0.020)" in warm
+    lines = real_open_qa.paired({"runs": {("minilm", 0): run}}).splitlines()
+    assert "minilm: realm - warm, nq EM answerable: +0.030 over 1 seed(s), positive in 1" in lines
+    assert not any("realm - warm" in line and "top-20" in line for line in lines)
+    # without a warm row there is no realm - warm line at all
+    del run["qa"]["warm"]
+    assert not any("warm" in line for line in real_open_qa.paired({"runs": {("minilm", 0): run}}).splitlines())
+    assert "| warm |" not in real_open_qa.format_table({"runs": {("minilm", 0): run}})
