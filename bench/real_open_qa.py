@@ -2,8 +2,8 @@
 own pipeline and commands, the same reader budget for every QA row.
 
     python bench/real_open_qa.py [--work runs/real_open_qa] [--seeds 0 1] [--inits scratch minilm]
-                                 [--questions 500] [--qa-rows bm25 start ict realm] [--json PATH] [--set key=value ...]
-                                 [--gpu] [--through start|ict|realm]
+                                 [--questions 500] [--qa-rows bm25 start ict realm warm] [--json PATH]
+                                 [--set key=value ...] [--gpu] [--through start|ict|realm]
 
 For each init (``scratch``: the demo-sized encoder with the reader warm-up, no contamination; ``minilm``:
 all-MiniLM-L6-v2, a *supervised* init: it was trained on NQ, TriviaQA and SQuAD pairs) and seed, ``run_real_text``
@@ -15,17 +15,18 @@ pre-training). Columns: held-out salient-span accuracy with retrieval and closed
 model, ``realm``: its final one), top-1/5/20 retrieval accuracy over all questions and over those whose answer occurs in
 the corpus (``retrieval_accuracy.answerable``), and exact match after QA fine-tuning (``realm finetune``'s recipe from
 ``configs/real_text/finetune``) from each dense start and, in the ``bm25`` row, from the ICT start reading BM25's
-candidates (``retrieval.candidates=bm25``: the same reader, budget and fine-tuning; only the blocks differ). Closed-book
-QA has no row: the project's reader extracts spans from retrieved blocks, so with the null document alone its exact
-match is 0 by construction; the closed-book column of the held-out cloze is REALM's own closed-book comparison.
-``bench/evidence_runs.py``-style paired differences (realm - ict, every set, top-20 and EM over answerable questions)
-with standard errors over seeds close the table, then per seed the answerable questions only one of the two QA rows gets
-right, with the exact McNemar p. Resumable: a finished stage is not rerun, a QA row is fine-tuned once, and its
-predictions on each set are read back (``qa_ROW/eval/SET_N/predictions.jsonl`` for N questions, as ``realm evaluate
---name SET_N`` writes them), so another ``--questions`` only evaluates the sets it changes. ``--through start`` (or
-``ict``) runs the pipeline only as far as that retriever needs (MiniLM as it is needs only the blocks in its vocabulary;
-the scratch start needs the warm start) and gives the rows up to it: the cheap first look at an init on a machine where
-its pre-training is too slow.
+candidates (``retrieval.candidates=bm25``: the same reader, budget and fine-tuning; only the blocks differ), and in the
+``warm`` row from ICT's retriever with the reader warm-up's encoder (REALM's own start, so realm - warm is what the
+pre-training steps add; for ``scratch`` it is the ``ict`` start again). Closed-book QA has no row: the project's reader
+extracts spans from retrieved blocks, so with the null document alone its exact match is 0 by construction; the
+closed-book column of the held-out cloze is REALM's own closed-book comparison. ``bench/evidence_runs.py``-style paired
+differences (realm - ict and realm - warm, every set, top-20 and EM over answerable questions) with standard errors over
+seeds close the table, then per seed the answerable questions only one of the two QA rows gets right, with the exact
+McNemar p. Resumable: a finished stage is not rerun, a QA row is fine-tuned once, and its predictions on each set are
+read back (``qa_ROW/eval/SET_N/predictions.jsonl`` for N questions, as ``realm evaluate --name SET_N`` writes them), so
+another ``--questions`` only evaluates the sets it changes. ``--through start`` (or ``ict``) runs the pipeline only as
+far as that retriever needs (MiniLM as it is needs only the blocks in its vocabulary; the scratch start needs the warm
+start) and gives the rows up to it: the cheap first look at an init on a machine where its pre-training is too slow.
 """
 
 from __future__ import annotations
