@@ -195,8 +195,7 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
     starts["bm25"] = {**starts["ict"], "retrieval": {"candidates": "bm25"}}
     # note: REALM's own start (warmed-up reader, ICT retriever), so realm - warm is the pre-training's share; for the
     # scratch init the warm-up's encoder is already the start's, and warm is ict again
-    starts["warm"] = {"init": {"bert": str(out / "warmup" / "encoder"), "retriever": str(out / "ict" / "retriever")},
-                      "data": data}  # fmt: skip
+    starts["warm"] = {**starts["ict"], "init": {**starts["ict"]["init"], "bert": str(out / "warmup" / "encoder")}}
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     rows = {}
