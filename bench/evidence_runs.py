@@ -36,6 +36,12 @@ def mean_and_error(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(variance / len(values))
 
 
+def disagreements(a: list, b: list) -> tuple[int, int]:
+    """How many of the paired 0/1 results ``a`` and ``b`` only ``a`` gets right, and how many only ``b``: the counts
+    ``mcnemar_p`` tests."""
+    return sum(bool(x) and not y for x, y in zip(a, b)), sum(bool(y) and not x for x, y in zip(a, b))
+
+
 def mcnemar_p(only_a: int, only_b: int) -> float:
     """Exact two-sided McNemar p of two paired 0/1 rows that disagree ``only_a + only_b`` times: under no difference
     each disagreement goes either way with probability 1/2 (a binomial sign test)."""

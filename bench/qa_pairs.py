@@ -21,7 +21,7 @@ from pathlib import Path
 
 from harness import BenchError, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
-from evidence_runs import mcnemar_p  # noqa: E402
+from evidence_runs import disagreements, mcnemar_p  # noqa: E402
 
 from realm.finetune.evaluate_qa import PREDICTIONS_FILE  # noqa: E402
 
@@ -56,7 +56,8 @@ def compare(a: list[dict], b: list[dict], where: str) -> dict:
         pairs = enumerate(zip(a, b), 1)
         line = next((i for i, (x, y) in pairs if x["question"] != y["question"]), min(len(a), len(b)) + 1)
         raise BenchError(f"{where}: the two rows hold different questions (first difference at line {line})")
-    out = {"questions": len(a), "a_only": 0, "b_only": 0, "a_only_reading": 0, "b_only_reading": 0,
+    only = disagreements([r["correct"] for r in a], [r["correct"] for r in b])
+    out = {"questions": len(a), "a_only": only[0], "b_only": only[1], "a_only_reading": 0, "b_only_reading": 0,
            "a_only_retrieval": 0, "b_only_retrieval": 0, "words": {}}  # fmt: skip
     for x, y in zip(a, b):
         word = out["words"].setdefault(question_word(x["question"]), Counter())
@@ -66,7 +67,6 @@ def compare(a: list[dict], b: list[dict], where: str) -> dict:
             word[f"{side}_right_read"] += bool(row["span_in_read_blocks"] and row["correct"])
         if bool(x["correct"]) != bool(y["correct"]):
             side, right = ("a", x) if x["correct"] else ("b", y)
-            out[f"{side}_only"] += 1
             word[f"{side}_only"] += 1
             if x["span_in_read_blocks"] and y["span_in_read_blocks"]:
                 out[f"{side}_only_reading"] += 1

@@ -42,7 +42,7 @@ from pathlib import Path
 from harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
 import torch  # noqa: E402
-from evidence_runs import mcnemar_p, mean_and_error  # noqa: E402
+from evidence_runs import disagreements, mcnemar_p, mean_and_error  # noqa: E402
 from qa_pairs import load_predictions  # noqa: E402
 from retrieval_accuracy import (  # noqa: E402; fmt: skip
     KS,
@@ -278,8 +278,7 @@ def paired(result: dict) -> str:
         for seed, set_name in ((seed, s) for seed in sorted(runs) for s in EVAL_SETS):
             rows = [qa(runs[seed], n, set_name).get("correct_answerable") for n in (earlier, later)]
             if None not in rows:  # note: both rows read the same blocks, so their answerable questions are the same
-                only_later = sum(b and not a for a, b in zip(*rows))
-                only_earlier = sum(a and not b for a, b in zip(*rows))
+                only_later, only_earlier = disagreements(rows[1], rows[0])
                 p = mcnemar_p(only_later, only_earlier)
                 lines.append(f"{init} s{seed}: {set_name} answerable questions right with {later} only {only_later}, "
                              f"{earlier} only {only_earlier}, exact McNemar p {p:.3f}")
@@ -293,6 +292,36 @@ def done(cfg: RealTextConfig, summary: dict, stage: str) -> bool:
     if stage == "pretrain":
         return "heldout_accuracy_retrieval" in summary
     return (out / "ict" / "retriever").is_dir() if stage == "warm_start" else bool(summary)
+
+
+def measure(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[dict, dict]:
+    """Every (init, seed) of ``args``: its pipeline through ``names``' retrievers (stages already done are kept), its
+    retrieval and held-out figures and its QA rows; with the seconds each took."""
+    extra = [f"--{item}" for item in args.set]
+    sets = {name: load_task(task, str(path))[: args.questions] for name, (task, path) in EVAL_SETS.items()}
+    result, bm25, timing = {"runs": {}, "settings": vars(args)}, {}, {}
+    for init in args.inits:
+        for seed in args.seeds:
+            cfg = pipeline_config(init, seed, Path(args.work), extra, args.gpu)
+            t = time.perf_counter()
+            summary_file = Path(cfg.out) / SUMMARY_FILE
+            summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
+            stage = stop_after(cfg, args.through)
+            if not done(cfg, summary, stage):
+                summary = run_real_text(dataclasses.replace(cfg, qa_steps=0, stop_after=stage))
+            texts = block_texts(Path(cfg.out) / "blocks")
+            answer_sets = {n: (qs, answerable(qs, texts)) for n, qs in sets.items()}
+            cloze = {"ict": (summary["heldout_accuracy_retrieval_start"],
+                             summary["heldout_accuracy_closed_book_start"]),
+                     "realm": (summary["heldout_accuracy_retrieval"], summary["heldout_accuracy_closed_book"])
+                     } if "heldout_accuracy_retrieval" in summary else {}  # fmt: skip
+            run = {"summary": summary, "answerable": {n: sum(a) for n, (_, a) in answer_sets.items()}, "cloze": cloze,
+                   "retrieval": retrieval_rows(cfg, names, answer_sets, texts, bm25)}  # fmt: skip
+            if args.qa_rows:
+                run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows)
+            timing[f"{init}/seed{seed}"] = time.perf_counter() - t
+            result["runs"][(init, seed)] = run
+    return result, timing
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -319,31 +348,11 @@ def main(argv: list[str] | None = None) -> int:
     if unbuilt:
         parser.error(f"--qa-rows {' '.join(unbuilt)} need(s) a retriever past --through {args.through}")
     init_logging()
-    work = Path(args.work)
-    extra = [f"--{item}" for item in args.set]
-    sets = {name: load_task(task, str(path))[: args.questions] for name, (task, path) in EVAL_SETS.items()}
-    result, bm25, timing = {"runs": {}, "settings": vars(args)}, {}, {}
-    for init in args.inits:
-        for seed in args.seeds:
-            cfg = pipeline_config(init, seed, work, extra, args.gpu)
-            t = time.perf_counter()
-            summary_file = Path(cfg.out) / SUMMARY_FILE
-            summary = json.loads(summary_file.read_text()) if summary_file.is_file() else {}
-            stage = stop_after(cfg, args.through)
-            if not done(cfg, summary, stage):
-                summary = run_real_text(dataclasses.replace(cfg, qa_steps=0, stop_after=stage))
-            texts = block_texts(Path(cfg.out) / "blocks")
-            answer_sets = {n: (qs, answerable(qs, texts)) for n, qs in sets.items()}
-            cloze = {"ict": (summary["heldout_accuracy_retrieval_start"],
-                             summary["heldout_accuracy_closed_book_start"]),
-                     "realm": (summary["heldout_accuracy_retrieval"], summary["heldout_accuracy_closed_book"])
-                     } if "heldout_accuracy_retrieval" in summary else {}  # fmt: skip
-            run = {"summary": summary, "answerable": {n: sum(a) for n, (_, a) in answer_sets.items()}, "cloze": cloze,
-                   "retrieval": retrieval_rows(cfg, names, answer_sets, texts, bm25)}  # fmt: skip
-            if args.qa_rows:
-                run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows)
-            timing[f"{init}/seed{seed}"] = time.perf_counter() - t
-            result["runs"][(init, seed)] = run
+    try:
+        result, timing = measure(args, names)
+    except BenchError as err:  # note: e.g. a hand-edited predictions file, named FILE:LINE; nothing is overwritten
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print(format_table(result))
     print(paired(result))
     print("answerable questions:", {k: v for k, v in next(iter(result["runs"].values()))["answerable"].items()},

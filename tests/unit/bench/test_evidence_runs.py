@@ -40,6 +40,13 @@ def test_the_exact_mcnemar_p_is_the_share_of_sign_patterns_at_least_as_lopsided(
     assert evidence_runs.mcnemar_p(only_a, only_b) == pytest.approx(brute)
 
 
+def test_disagreements_count_the_pairs_each_side_alone_gets_right():
+    a, b = [1, 1, 0, 0, True, 0], [1, 0, 1, 0, False, 1]
+    assert evidence_runs.disagreements(a, b) == (2, 2)  # positions 1 and 4 for a; 2 and 5 for b
+    assert evidence_runs.disagreements(b, a) == (2, 2)
+    assert evidence_runs.disagreements([1, 1, 1], [0, 1, 0]) == (2, 0)
+
+
 def test_paired_differences_count_the_runs_each_way(tmp_path, capsys):
     paths = []
     for i, (realm, frozen) in enumerate([(0.8, 0.6), (0.6, 0.7), (0.9, 0.5)]):

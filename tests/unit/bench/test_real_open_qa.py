@@ -197,6 +197,21 @@ def test_exact_match_evaluates_only_the_sets_whose_predictions_are_not_saved_for
     assert evaluated[3:] == [["g", "h", "i", "j!"]]
 
 
+def test_a_malformed_predictions_file_stops_the_bench_with_its_file_and_line_and_is_kept(tmp_path, monkeypatch,
+                                                                                         capsys):
+    saved = tmp_path / "qa_ict" / "eval" / "nq_1" / "predictions.jsonl"
+    saved.parent.mkdir(parents=True)
+    saved.write_text("not json\n")
+
+    def measure(args, names):  # reads the saved predictions back, as a second bench run does
+        real_open_qa.exact_match(tmp_path / "qa_ict", {"nq": ([SimpleNamespace(question="q")], [True])})
+
+    monkeypatch.setattr(real_open_qa, "measure", measure)
+    assert real_open_qa.main(["--work", str(tmp_path), "--qa-rows", "ict"]) == 2
+    assert f"{saved}:1: not a realm evaluate record" in capsys.readouterr().err
+    assert saved.read_text() == "not json\n"
+
+
 def test_the_paired_lines_count_the_answerable_questions_only_one_qa_row_gets_right():
     def run(ict: list[int], realm: list[int]) -> dict:
         rows = {n: {"nq": {"top_20_answerable": 0.5}} for n in ("ict", "realm")}
