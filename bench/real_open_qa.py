@@ -3,7 +3,7 @@ own pipeline and commands, the same reader budget for every QA row.
 
     python bench/real_open_qa.py [--work runs/real_open_qa] [--seeds 0 1] [--inits scratch minilm]
                                  [--questions 500] [--qa-rows bm25 start ict realm warm] [--json PATH]
-                                 [--set key=value ...] [--gpu] [--through start|ict|realm]
+                                 [--set key=value ...] [--gpu] [--through start|ict|realm] [--train-sets SET=FILE]
 
 For each init (``scratch``: the demo-sized encoder with the reader warm-up, no contamination; ``minilm``:
 all-MiniLM-L6-v2, a *supervised* init: it was trained on NQ, TriviaQA and SQuAD pairs) and seed, ``run_real_text``
@@ -27,6 +27,8 @@ read back (``qa_ROW/eval/SET_N/predictions.jsonl`` for N questions, as ``realm e
 another ``--questions`` only evaluates the sets it changes. ``--through start`` (or ``ict``) runs the pipeline only as
 far as that retriever needs (MiniLM as it is needs only the blocks in its vocabulary; the scratch start needs the warm
 start) and gives the rows up to it: the cheap first look at an init on a machine where its pre-training is too slow.
+Every QA row is fine-tuned on NQ (the pipeline's ``qa.train``); ``--train-sets wq=FILE ct=FILE`` also fine-tunes each
+row on those sets' own training questions (``qa_ROW_SETtrain``) and takes their EM from there, as the paper does.
 """
 
 from __future__ import annotations
@@ -68,7 +70,7 @@ from realm.pretrain.heldout_eval import embed_corpus  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
 from realm.qa.datasets import load_task  # noqa: E402
 from realm.qa.qa_eval import DEFAULT_TOP_K, evaluate_qa  # noqa: E402
-from realm.run import publication  # noqa: E402
+from realm.run import live_index, publication  # noqa: E402
 from realm.run.layout import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 
 logger = logging.getLogger("bench.real_open_qa")
@@ -180,9 +182,11 @@ def retrieval_rows(cfg: RealTextConfig, names: tuple[str, ...], sets: dict, text
     return {**bm25, **rows}
 
 
-def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict]:
+def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str], own_train: dict | None = None) -> dict[str, dict]:
     """Exact match of QA fine-tuned from each dense start, and from ICT's with BM25's candidates (``bm25``), on every
-    set (all / answerable questions)."""
+    set (all / answerable questions). A set in ``own_train`` (``{set: training file}``) is read by the same start
+    fine-tuned on that file instead, in ``qa_ROW_SETtrain``, as the paper fine-tunes on each set."""
+    own_train = own_train or {}
     out = Path(cfg.out)
     pretrain, bert = retriever_shape(cfg)
     data = {"tokenizer": pretrain.data.tokenizer, "blocks": pretrain.data.blocks}
@@ -199,11 +203,22 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str]) -> dict[str, dict
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     rows = {}
-    for name, sections in ((name, starts[name]) for name in names):
-        qa_dir = out / f"qa_{name}"
+
+    def fine_tune(qa_dir: Path, start: dict) -> Path:
         if publication.read_manifest(qa_dir / MODEL_DIR) is None:
-            finetune_and_evaluate(finetune_config(cfg, qa_dir, {"retriever": retriever, **sections}))
-        rows[name] = exact_match(qa_dir, sets)
+            finetune_and_evaluate(finetune_config(cfg, qa_dir, {"retriever": retriever, **start}))
+        return qa_dir
+
+    for name, sections in ((name, starts[name]) for name in names):
+        qa_dir = fine_tune(out / f"qa_{name}", sections)
+        rows[name] = exact_match(qa_dir, {s: questions for s, questions in sets.items() if s not in own_train})
+        for set_name, path in own_train.items():
+            # note: the same start and frozen index (the row's own, so not embedded again); no dev set, since the
+            # set itself is evaluated next; a malformed training record (a bad regex) is skipped and counted
+            init = {**sections.get("init", {}), "index": str(live_index.current_index_version(qa_dir))}
+            task = {"name": EVAL_SETS[set_name][0], "train": path, "dev": "", "dev_name": "", "skip_malformed": True}
+            own = fine_tune(out / f"qa_{name}_{set_name}train", {**sections, "init": init, "task": task})
+            rows[name] |= exact_match(own, {set_name: sets[set_name]})
     return rows
 
 
@@ -298,6 +313,7 @@ def measure(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[dict, dic
     """Every (init, seed) of ``args``: its pipeline through ``names``' retrievers (stages already done are kept), its
     retrieval and held-out figures and its QA rows; with the seconds each took."""
     extra = [f"--{item}" for item in args.set]
+    own_train = dict(item.split("=", 1) for item in args.train_sets)
     sets = {name: load_task(task, str(path))[: args.questions] for name, (task, path) in EVAL_SETS.items()}
     result, bm25, timing = {"runs": {}, "settings": vars(args)}, {}, {}
     for init in args.inits:
@@ -318,7 +334,7 @@ def measure(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[dict, dic
             run = {"summary": summary, "answerable": {n: sum(a) for n, (_, a) in answer_sets.items()}, "cloze": cloze,
                    "retrieval": retrieval_rows(cfg, names, answer_sets, texts, bm25)}  # fmt: skip
             if args.qa_rows:
-                run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows)
+                run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows, own_train)
             timing[f"{init}/seed{seed}"] = time.perf_counter() - t
             result["runs"][(init, seed)] = run
     return result, timing
@@ -334,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="rows to fine-tune for QA: the dense starts, bm25 (ICT's start reading BM25's "
                              "candidates) and warm (ICT's start with the warmed-up reader: REALM's own start); "
                              "none: retrieval and held-out columns only")  # fmt: skip
+    parser.add_argument("--train-sets", nargs="*", default=[], metavar="SET=FILE",
+                        help="fine-tune each QA row on SET's own training questions too (FILE, in SET's format) and "
+                             "take SET's EM from that row, as the paper does (default: every set from NQ's)")
     parser.add_argument("--set", nargs="*", default=[], help="pipeline overrides, e.g. pretrain_steps=200")
     parser.add_argument("--json", default=None)
     parser.add_argument("--gpu", action="store_true",
@@ -347,6 +366,11 @@ def main(argv: list[str] | None = None) -> int:
     unbuilt = sorted(set(args.qa_rows) - {*names, *(["bm25", "warm"] if "ict" in names else [])})
     if unbuilt:
         parser.error(f"--qa-rows {' '.join(unbuilt)} need(s) a retriever past --through {args.through}")
+    for item in args.train_sets:
+        set_name, _, path = item.partition("=")
+        if set_name not in EVAL_SETS or set_name == "nq" or not Path(path).is_file():
+            parser.error(f"--train-sets {item}: SET is one of {sorted(set(EVAL_SETS) - {'nq'})}, FILE an existing "
+                         "file (NQ's training questions are the pipeline's qa.train)")
     init_logging()
     try:
         result, timing = measure(args, names)
@@ -354,6 +378,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(format_table(result))
+    if args.train_sets:
+        print("EM of", ", ".join(args.train_sets), "from QA rows fine-tuned on those files; the other sets' from NQ's")
     print(paired(result))
     print("answerable questions:", {k: v for k, v in next(iter(result["runs"].values()))["answerable"].items()},
           f"of {args.questions} each; seconds: {timing}")  # fmt: skip

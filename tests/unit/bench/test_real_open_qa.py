@@ -164,6 +164,46 @@ def test_a_qa_row_is_fine_tuned_once_and_read_back_by_exact_match_each_time(tmp_
     assert calls == ["finetune", ("exact_match", "qa_ict"), ("exact_match", "qa_ict")]
 
 
+def test_a_set_with_its_own_training_file_is_read_by_the_same_start_fine_tuned_on_it(tmp_path, monkeypatch):
+    tuned, read = [], []
+
+    def fine_tune(cfg):  # publishes the row's model, as realm finetune does at its end
+        tuned.append(cfg)
+        (Path(cfg.train.run_dir) / "model").mkdir(parents=True)
+        (Path(cfg.train.run_dir) / "model" / "manifest.json").write_text("{}")
+
+    def exact_match(qa_dir, sets):
+        read.append((qa_dir.name, sorted(sets)))
+        return {name: {"em": float(len(qa_dir.name))} for name in sets}
+
+    monkeypatch.setattr(real_open_qa, "retriever_shape", lambda cfg: (load_config(PretrainConfig), "bert"))
+    monkeypatch.setattr(real_open_qa, "finetune_and_evaluate", fine_tune)
+    monkeypatch.setattr(real_open_qa, "exact_match", exact_match)
+    monkeypatch.setattr(real_open_qa.live_index, "current_index_version", lambda d: d / "index" / "v-00000000")
+    cfg = dataclasses.replace(load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml"), out=str(tmp_path))
+    sets = {"nq": ([], []), "wq": ([], []), "ct": ([], [])}
+    rows = real_open_qa.qa_rows(cfg, sets, ["ict"], {"wq": "wq_train.json"})
+    assert rows == {"ict": {"nq": {"em": 6.0}, "ct": {"em": 6.0}, "wq": {"em": 14.0}}}  # qa_ict, qa_ict_wqtrain
+    assert read == [("qa_ict", ["ct", "nq"]), ("qa_ict_wqtrain", ["wq"])]
+    nq, wq = tuned
+    assert (nq.task.name, wq.task.name, wq.task.train, wq.task.dev) == (cfg.qa.train_task, "wq", "wq_train.json", "")
+    assert wq.task.skip_malformed and not nq.task.skip_malformed
+    # the same start (encoder, ICT retriever) and the NQ row's frozen index, not a new one
+    ict_start = ("bert", str(tmp_path / "ict" / "retriever"))
+    assert (nq.init.bert, nq.init.retriever) == (wq.init.bert, wq.init.retriever) == ict_start
+    assert (nq.init.index, wq.init.index) == ("", str(tmp_path / "qa_ict" / "index" / "v-00000000"))
+    real_open_qa.qa_rows(cfg, sets, ["ict"], {"wq": "wq_train.json"})
+    assert len(tuned) == 2  # both published: read back, not fine-tuned again
+
+
+def test_train_sets_name_an_evaluation_set_other_than_nq_and_an_existing_file(tmp_path, capsys):
+    for item in ("nq=" + __file__, "wq=" + str(tmp_path / "missing.json"), "squad=" + __file__):
+        with pytest.raises(SystemExit):
+            real_open_qa.main(["--work", str(tmp_path), "--train-sets", item])
+        assert f"--train-sets {item}" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
 def test_exact_match_evaluates_only_the_sets_whose_predictions_are_not_saved_for_those_questions(tmp_path, monkeypatch):
     evaluated = []
 
