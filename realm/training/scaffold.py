@@ -131,6 +131,10 @@ class TrainingLoop:
     def prepare(cls, accelerator: Accelerator, loop: LoopConfig, optim: OptimConfig, model: torch.nn.Module,
                 config: Any) -> "TrainingLoop":  # fmt: skip
         """The loop for ``model``: its optimizer and schedule (over ``loop.max_steps``), prepared with accelerate."""
+        # note: transformers' from_pretrained returns a model in eval mode and a model built from a config is in train
+        # mode, so without this dropout would depend on how the start was loaded (it did: QA rows from a BERT folder
+        # trained without it, the row from a pre-training run with it); evaluations restore the mode they found
+        model.train()
         optimizer, scheduler = build_optimizer(model, optim, max(loop.max_steps, 1))
         # note: the scheduler is not prepared: accelerate's wrapper steps it once per process per call (it assumes a
         # schedule counted in per-process batches), which runs warm-up and decay N times too fast with N processes
