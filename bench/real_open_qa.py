@@ -309,11 +309,10 @@ def done(cfg: RealTextConfig, summary: dict, stage: str) -> bool:
     return (out / "ict" / "retriever").is_dir() if stage == "warm_start" else bool(summary)
 
 
-def measure(args: argparse.Namespace, names: tuple[str, ...]) -> tuple[dict, dict]:
+def measure(args: argparse.Namespace, names: tuple[str, ...], own_train: dict[str, str]) -> tuple[dict, dict]:
     """Every (init, seed) of ``args``: its pipeline through ``names``' retrievers (stages already done are kept), its
-    retrieval and held-out figures and its QA rows; with the seconds each took."""
+    retrieval and held-out figures and its QA rows (``own_train``: ``qa_rows``'); with the seconds each took."""
     extra = [f"--{item}" for item in args.set]
-    own_train = dict(item.split("=", 1) for item in args.train_sets)
     sets = {name: load_task(task, str(path))[: args.questions] for name, (task, path) in EVAL_SETS.items()}
     result, bm25, timing = {"runs": {}, "settings": vars(args)}, {}, {}
     for init in args.inits:
@@ -366,14 +365,16 @@ def main(argv: list[str] | None = None) -> int:
     unbuilt = sorted(set(args.qa_rows) - {*names, *(["bm25", "warm"] if "ict" in names else [])})
     if unbuilt:
         parser.error(f"--qa-rows {' '.join(unbuilt)} need(s) a retriever past --through {args.through}")
+    own_train = {}
     for item in args.train_sets:
         set_name, _, path = item.partition("=")
+        own_train[set_name] = path
         if set_name not in EVAL_SETS or set_name == "nq" or not Path(path).is_file():
             parser.error(f"--train-sets {item}: SET is one of {sorted(set(EVAL_SETS) - {'nq'})}, FILE an existing "
                          "file (NQ's training questions are the pipeline's qa.train)")
     init_logging()
     try:
-        result, timing = measure(args, names)
+        result, timing = measure(args, names, own_train)
     except BenchError as err:  # note: e.g. a hand-edited predictions file, named FILE:LINE; nothing is overwritten
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -243,7 +243,7 @@ def test_a_malformed_predictions_file_stops_the_bench_with_its_file_and_line_and
     saved.parent.mkdir(parents=True)
     saved.write_text("not json\n")
 
-    def measure(args, names):  # reads the saved predictions back, as a second bench run does
+    def measure(args, names, own_train):  # reads the saved predictions back, as a second bench run does
         real_open_qa.exact_match(tmp_path / "qa_ict", {"nq": ([SimpleNamespace(question="q")], [True])})
 
     monkeypatch.setattr(real_open_qa, "measure", measure)
