@@ -212,10 +212,13 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str], own_train: dict |
     for name, sections in ((name, starts[name]) for name in names):
         qa_dir = fine_tune(out / f"qa_{name}", sections)
         rows[name] = exact_match(qa_dir, {s: questions for s, questions in sets.items() if s not in own_train})
+        index = live_index.current_index_version(qa_dir) if own_train else None
+        if own_train and index is None:
+            raise BenchError(f"{qa_dir / 'index'}: no published index to fine-tune {', '.join(own_train)} over")
         for set_name, path in own_train.items():
             # note: the same start and frozen index (the row's own, so not embedded again); no dev set, since the
             # set itself is evaluated next; a malformed training record (a bad regex) is skipped and counted
-            init = {**sections.get("init", {}), "index": str(live_index.current_index_version(qa_dir))}
+            init = {**sections.get("init", {}), "index": str(index)}
             task = {"name": EVAL_SETS[set_name][0], "train": path, "dev": "", "dev_name": "", "skip_malformed": True}
             own = fine_tune(out / f"qa_{name}_{set_name}train", {**sections, "init": init, "task": task})
             rows[name] |= exact_match(own, {set_name: sets[set_name]})

@@ -196,6 +196,17 @@ def test_a_set_with_its_own_training_file_is_read_by_the_same_start_fine_tuned_o
     assert len(tuned) == 2  # both published: read back, not fine-tuned again
 
 
+def test_a_row_without_a_published_index_stops_its_own_set_fine_tuning_with_the_folder_named(tmp_path, monkeypatch):
+    tuned = []
+    monkeypatch.setattr(real_open_qa, "retriever_shape", lambda cfg: (load_config(PretrainConfig), "bert"))
+    monkeypatch.setattr(real_open_qa, "finetune_and_evaluate", tuned.append)  # publishes nothing, so no index either
+    monkeypatch.setattr(real_open_qa, "exact_match", lambda qa_dir, sets: {})
+    cfg = dataclasses.replace(load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml"), out=str(tmp_path))
+    with pytest.raises(real_open_qa.BenchError, match=f"{tmp_path / 'qa_ict' / 'index'}: no published index"):
+        real_open_qa.qa_rows(cfg, {"nq": ([], []), "wq": ([], [])}, ["ict"], {"wq": "wq_train.json"})
+    assert [Path(c.train.run_dir).name for c in tuned] == ["qa_ict"]  # the set's own fine-tuning never started
+
+
 def test_train_sets_name_an_evaluation_set_other_than_nq_and_an_existing_file(tmp_path, capsys):
     for item in ("nq=" + __file__, "wq=" + str(tmp_path / "missing.json"), "squad=" + __file__):
         with pytest.raises(SystemExit):
