@@ -4,6 +4,7 @@ own pipeline and commands, the same reader budget for every QA row.
     python bench/real_open_qa.py [--work runs/real_open_qa] [--seeds 0 1] [--inits scratch minilm]
                                  [--questions 500] [--qa-rows bm25 start ict realm warm] [--json PATH]
                                  [--set key=value ...] [--gpu] [--through start|ict|realm] [--train-sets SET=FILE]
+                                 [--finetune-seeds N]
 
 For each init (``scratch``: the demo-sized encoder with the reader warm-up, no contamination; ``minilm``:
 all-MiniLM-L6-v2, a *supervised* init: it was trained on NQ, TriviaQA and SQuAD pairs) and seed, ``run_real_text``
@@ -29,6 +30,11 @@ far as that retriever needs (MiniLM as it is needs only the blocks in its vocabu
 start) and gives the rows up to it: the cheap first look at an init on a machine where its pre-training is too slow.
 Every QA row is fine-tuned on NQ (the pipeline's ``qa.train``); ``--train-sets wq=FILE ct=FILE`` also fine-tunes each
 row on those sets' own training questions (``qa_ROW_SETtrain``) and takes their EM from there, as the paper does.
+One fine-tuning of 150 steps is noisy: ``--finetune-seeds N`` fine-tunes every QA row N times from the same start over
+the same frozen index, only ``train.seed`` changed (``qa_ROW_ftR``, ``qa_ROW_SETtrain_ftR``), reports their mean EM,
+and prints how far a row's fine-tuning seeds lie apart (``real_open_qa_report.replica_spread``): the noise a
+difference between two rows must stand above. The table, its rows and the paired differences are
+``real_open_qa_report.py``'s.
 """
 
 from __future__ import annotations
@@ -44,8 +50,16 @@ from pathlib import Path
 from harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
 import torch  # noqa: E402
-from evidence_runs import disagreements, mcnemar_p, mean_and_error  # noqa: E402
 from qa_pairs import load_predictions  # noqa: E402
+from real_open_qa_report import (  # noqa: E402; fmt: skip
+    DENSE,
+    EVAL_SETS,
+    QA_ROWS,
+    format_table,
+    mean_of_replicas,
+    paired,
+    replica_spread,
+)
 from retrieval_accuracy import (  # noqa: E402; fmt: skip
     KS,
     accuracy_row,
@@ -75,26 +89,15 @@ from realm.run.layout import CONFIG_FILE, SUMMARY_FILE  # noqa: E402
 
 logger = logging.getLogger("bench.real_open_qa")
 
-SHARED = REPO.parent / "shared" / "data" / "real"
-EVAL_SETS = {
-    "nq": ("nq", SHARED / "nq_open" / "NQ-open.dev.jsonl"),
-    "tqa": ("dpr", SHARED / "dpr_qas" / "topics.dpr.trivia.test.txt"),
-    "wq": ("wq", SHARED / "webquestions" / "WebQuestions-test.txt"),
-    "ct": ("ct", SHARED / "curatedtrec" / "CuratedTrec-test.txt"),
-}
 CONFIGS = {"scratch": REPO / "configs/real_text/default.yaml", "minilm": REPO / "configs/real_text/minilm.yaml"}
 FULL_LENGTHS = ["--warm_start.warmup_steps=null", "--warm_start.ict_steps=null", "--pretrain_steps=null",
                 "--qa_steps=null"]
 """Every stage at its own config's length (null), where ``realm real-text``'s default cuts them to fit 30 minutes."""
 GPU_CONFIG = REPO / "configs/real_text/gpu.yaml"
 """``--gpu`` takes this config's ``pretrain_overrides`` (the builder on the trainer's GPU, candidates prefetched)."""
-DENSE = ("start", "ict", "realm")
-QA_ROWS = ("bm25", *DENSE, "warm")
-RETRIEVER_OF = {"warm": "ict"}
-"""QA rows whose retriever is another row's: ``warm`` reads with the reader warm-up's encoder from ICT's retriever."""
-PAIRS = (("realm", "ict"), ("realm", "warm"))
-"""The paired differences: REALM over ORQA's start, and over the same start with the warmed-up reader (what the
-REALM pre-training steps alone add)."""
+REPLICA_SEED_STEP = 100
+"""A QA row's fine-tuning seed r (``--finetune-seeds``) trains with ``train.seed`` = the pipeline's seed + 100 r, in
+``qa_ROW_ftR`` beside ``qa_ROW``: far from every other pipeline seed's own fine-tuning seeds."""
 
 
 def stop_after(cfg: RealTextConfig, through: str) -> str:
@@ -182,10 +185,12 @@ def retrieval_rows(cfg: RealTextConfig, names: tuple[str, ...], sets: dict, text
     return {**bm25, **rows}
 
 
-def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str], own_train: dict | None = None) -> dict[str, dict]:
+def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str], own_train: dict | None = None,
+            finetune_seeds: int = 1) -> dict[str, dict]:  # fmt: skip
     """Exact match of QA fine-tuned from each dense start, and from ICT's with BM25's candidates (``bm25``), on every
-    set (all / answerable questions). A set in ``own_train`` (``{set: training file}``) is read by the same start
-    fine-tuned on that file instead, in ``qa_ROW_SETtrain``, as the paper fine-tunes on each set."""
+    set (all / answerable questions; ``mean_of_replicas`` over ``finetune_seeds`` fine-tunings of each). A set in
+    ``own_train`` (``{set: training file}``) is read by the same start fine-tuned on that file instead, in
+    ``qa_ROW_SETtrain``, as the paper fine-tunes on each set."""
     own_train = own_train or {}
     out = Path(cfg.out)
     pretrain, bert = retriever_shape(cfg)
@@ -204,24 +209,37 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str], own_train: dict |
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     rows = {}
 
-    def fine_tune(qa_dir: Path, start: dict) -> Path:
-        if publication.read_manifest(qa_dir / MODEL_DIR) is None:
-            finetune_and_evaluate(finetune_config(cfg, qa_dir, {"retriever": retriever, **start}))
-        return qa_dir
+    def frozen_index(qa_dir: Path, start: dict) -> str:
+        index = start.get("init", {}).get("index") or live_index.current_index_version(qa_dir)
+        if index is None:
+            raise BenchError(f"{qa_dir / 'index'}: no published index, the frozen index this row's other "
+                             "fine-tunings (another set's training questions, another fine-tuning seed) read")
+        return str(index)
+
+    def fine_tune(qa_dir: Path, start: dict, sets: dict) -> dict[str, dict]:
+        # note: fine-tuning seed r > 0 starts as seed 0 did, over seed 0's frozen index (the same retriever, so not
+        # embedded again); only train.seed differs. Each folder is fine-tuned once.
+        folders = [qa_dir] + [qa_dir.with_name(f"{qa_dir.name}_ft{r}") for r in range(1, finetune_seeds)]
+        for r, folder in enumerate(folders):
+            if publication.read_manifest(folder / MODEL_DIR) is not None:
+                continue
+            index = {"index": frozen_index(qa_dir, start)} if r else {}
+            sections = {**start, "init": {**start.get("init", {}), **index}}
+            config = finetune_config(cfg, folder, {"retriever": retriever, **sections})
+            seed = cfg.seed + REPLICA_SEED_STEP * r
+            finetune_and_evaluate(dataclasses.replace(config, train=dataclasses.replace(config.train, seed=seed)))
+        return mean_of_replicas([exact_match(folder, sets) for folder in folders])
 
     for name, sections in ((name, starts[name]) for name in names):
-        qa_dir = fine_tune(out / f"qa_{name}", sections)
-        rows[name] = exact_match(qa_dir, {s: questions for s, questions in sets.items() if s not in own_train})
-        index = live_index.current_index_version(qa_dir) if own_train else None
-        if own_train and index is None:
-            raise BenchError(f"{qa_dir / 'index'}: no published index to fine-tune {', '.join(own_train)} over")
+        qa_dir = out / f"qa_{name}"
+        rows[name] = fine_tune(qa_dir, sections, {s: questions for s, questions in sets.items() if s not in own_train})
         for set_name, path in own_train.items():
             # note: the same start and frozen index (the row's own, so not embedded again); no dev set, since the
             # set itself is evaluated next; a malformed training record (a bad regex) is skipped and counted
-            init = {**sections.get("init", {}), "index": str(index)}
+            init = {**sections.get("init", {}), "index": frozen_index(qa_dir, {})}
             task = {"name": EVAL_SETS[set_name][0], "train": path, "dev": "", "dev_name": "", "skip_malformed": True}
-            own = fine_tune(out / f"qa_{name}_{set_name}train", {**sections, "init": init, "task": task})
-            rows[name] |= exact_match(own, {set_name: sets[set_name]})
+            own = {**sections, "init": init, "task": task}
+            rows[name] |= fine_tune(out / f"qa_{name}_{set_name}train", own, {set_name: sets[set_name]})
     return rows
 
 
@@ -247,60 +265,6 @@ def exact_match(qa_dir: Path, sets: dict) -> dict[str, dict]:
         em[set_name] = {"em": sum(hits) / len(hits), "em_answerable": sum(kept) / max(len(kept), 1),
                         "correct_answerable": kept}  # fmt: skip
     return em
-
-
-def format_table(result: dict) -> str:
-    """One line per (init, retriever): held-out cloze, then per set top-1/5/20 (answerable) and EM (answerable)."""
-    head = "| init | retriever | held-out retrieval / closed book |"
-    head += "".join(f" {s} top-1/5/20 (answerable) | {s} EM (answerable) |" for s in EVAL_SETS)
-    lines = [head, "|" + "---|" * (3 + 2 * len(EVAL_SETS))]
-    for (init, seed), run in sorted(result["runs"].items()):
-        for name in (name for name in QA_ROWS if RETRIEVER_OF.get(name, name) in run["retrieval"]
-                     and (name not in RETRIEVER_OF or name in run.get("qa", {}))):  # fmt: skip
-            cloze = run["cloze"].get(name)
-            cells = [init + f" s{seed}", name, f"{cloze[0]:.3f} / {cloze[1]:.3f}" if cloze else ""]
-            for s in EVAL_SETS:
-                acc = run["retrieval"][RETRIEVER_OF.get(name, name)][s]
-                cells.append(" / ".join(f"{acc[f'top_{k}']:.3f}" for k in KS) + " (" +
-                             " / ".join(f"{acc[f'top_{k}_answerable']:.3f}" for k in KS) + ")")  # fmt: skip
-                em = run.get("qa", {}).get(name, {}).get(s)
-                cells.append(f"{em['em']:.3f} ({em['em_answerable']:.3f})" if em else "")
-            lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
-
-
-def paired(result: dict) -> str:
-    """Each of ``PAIRS`` (later - earlier) over seeds, per init and set: mean and standard error of top-20 and EM over
-    answerable questions; then, per seed and set, the questions only one of the two QA rows gets right, with the exact
-    McNemar p. A pair is left out where a run lacks either row."""
-    def top20(run: dict, name: str, set_name: str) -> float | None:
-        return run["retrieval"].get(name, {}).get(set_name, {}).get("top_20_answerable")
-
-    def qa(run: dict, name: str, set_name: str) -> dict:
-        return run.get("qa", {}).get(name, {}).get(set_name, {})
-
-    columns = (("top-20 answerable", top20), ("EM answerable", lambda r, n, s: qa(r, n, s).get("em_answerable")))
-    lines = []
-    for init, (later, earlier) in ((i, p) for i in sorted({i for i, _ in result["runs"]}) for p in PAIRS):
-        runs = {seed: run for (i, seed), run in result["runs"].items() if i == init}
-        for (label, get), set_name in ((column, s) for column in columns for s in EVAL_SETS):
-            if label.startswith("top-20") and {earlier, later} & set(RETRIEVER_OF):
-                continue  # note: a row with another row's retriever has no top-20 of its own
-            values = [(get(r, later, set_name), get(r, earlier, set_name)) for r in runs.values()]
-            diffs = [b - a for b, a in values if a is not None and b is not None]
-            if diffs:
-                mean, err = mean_and_error(diffs)
-                spread = f" ± {err:.3f}" if len(diffs) > 1 else ""  # note: one seed has no standard error
-                lines.append(f"{init}: {later} - {earlier}, {set_name} {label}: {mean:+.3f}{spread} over "
-                             f"{len(diffs)} seed(s), positive in {sum(d > 0 for d in diffs)}")  # fmt: skip
-        for seed, set_name in ((seed, s) for seed in sorted(runs) for s in EVAL_SETS):
-            rows = [qa(runs[seed], n, set_name).get("correct_answerable") for n in (earlier, later)]
-            if None not in rows:  # note: both rows read the same blocks, so their answerable questions are the same
-                only_later, only_earlier = disagreements(rows[1], rows[0])
-                p = mcnemar_p(only_later, only_earlier)
-                lines.append(f"{init} s{seed}: {set_name} answerable questions right with {later} only {only_later}, "
-                             f"{earlier} only {only_earlier}, exact McNemar p {p:.3f}")
-    return "\n".join(lines)
 
 
 def done(cfg: RealTextConfig, summary: dict, stage: str) -> bool:
@@ -336,7 +300,7 @@ def measure(args: argparse.Namespace, names: tuple[str, ...], own_train: dict[st
             run = {"summary": summary, "answerable": {n: sum(a) for n, (_, a) in answer_sets.items()}, "cloze": cloze,
                    "retrieval": retrieval_rows(cfg, names, answer_sets, texts, bm25)}  # fmt: skip
             if args.qa_rows:
-                run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows, own_train)
+                run["qa"] = qa_rows(cfg, answer_sets, args.qa_rows, own_train, args.finetune_seeds)
             timing[f"{init}/seed{seed}"] = time.perf_counter() - t
             result["runs"][(init, seed)] = run
     return result, timing
@@ -355,6 +319,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--train-sets", nargs="*", default=[], metavar="SET=FILE",
                         help="fine-tune each QA row on SET's own training questions too (FILE, in SET's format) and "
                              "take SET's EM from that row, as the paper does (default: every set from NQ's)")
+    parser.add_argument("--finetune-seeds", type=int, default=1, metavar="N",
+                        help="fine-tune each QA row N times, only train.seed changed (qa_ROW_ftR for R < N): EM is "
+                             "their mean, and how far they lie apart is printed beside the paired differences")
     parser.add_argument("--set", nargs="*", default=[], help="pipeline overrides, e.g. pretrain_steps=200")
     parser.add_argument("--json", default=None)
     parser.add_argument("--gpu", action="store_true",
@@ -368,6 +335,8 @@ def main(argv: list[str] | None = None) -> int:
     unbuilt = sorted(set(args.qa_rows) - {*names, *(["bm25", "warm"] if "ict" in names else [])})
     if unbuilt:
         parser.error(f"--qa-rows {' '.join(unbuilt)} need(s) a retriever past --through {args.through}")
+    if args.finetune_seeds < 1:
+        parser.error(f"--finetune-seeds {args.finetune_seeds}: at least 1")
     own_train = {}
     for item in args.train_sets:
         set_name, _, path = item.partition("=")
@@ -385,6 +354,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.train_sets:
         print("EM of", ", ".join(args.train_sets), "from QA rows fine-tuned on those files; the other sets' from NQ's")
     print(paired(result))
+    if args.finetune_seeds > 1:
+        print(f"EM above: the mean of each QA row's {args.finetune_seeds} fine-tuning seeds (train.seed = seed + "
+              f"{REPLICA_SEED_STEP} r); how far they lie apart:\n{replica_spread(result)}")
     print("answerable questions:", {k: v for k, v in next(iter(result["runs"].values()))["answerable"].items()},
           f"of {args.questions} each; seconds: {timing}")  # fmt: skip
     serial = {**result, "runs": {f"{i}/seed{s}": r for (i, s), r in result["runs"].items()}, "seconds": timing}

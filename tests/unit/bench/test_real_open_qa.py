@@ -107,38 +107,9 @@ def test_qa_rows_past_through_are_refused_before_anything_runs(tmp_path, capsys)
     assert not any(tmp_path.iterdir())
 
 
-def test_the_table_has_a_line_for_each_retriever_measured_and_no_pairs_without_realm():
-    row = {s: {f"top_{k}{a}": 0.5 for k in (1, 5, 20) for a in ("", "_answerable")} for s in real_open_qa.EVAL_SETS}
-    result = {"runs": {("minilm", 0): {"cloze": {}, "retrieval": {"bm25": row, "start": row}}}}
-    lines = real_open_qa.format_table(result).splitlines()
-    assert len(lines) == 4
-    assert lines[2].startswith("| minilm s0 | bm25 |") and lines[3].startswith("| minilm s0 | start |")
-    assert real_open_qa.paired(result) == ""
-
-
-def test_the_paired_difference_of_one_seed_has_no_standard_error_and_of_two_has_one():
-    def run(ict: float, realm: float) -> dict:
-        rows = {name: {"nq": {"top_20_answerable": value}} for name, value in (("ict", ict), ("realm", realm))}
-        return {"retrieval": rows}
-
-    one = real_open_qa.paired({"runs": {("minilm", 0): run(0.4, 0.5)}})
-    assert "nq top-20 answerable: +0.100 over 1 seed(s), positive in 1" in one and "±" not in one
-    two = real_open_qa.paired({"runs": {("scratch", 0): run(0.5, 0.7), ("scratch", 1): run(0.4, 0.4)}})
-    assert "nq top-20 answerable: +0.100 ± 0.100 over 2 seed(s), positive in 1" in two
-
-
-def test_the_paired_differences_cover_every_set_for_both_columns():
-    def run(delta: float) -> dict:
-        cell = {s: {"top_20_answerable": 0.5, "em_answerable": 0.1} for s in real_open_qa.EVAL_SETS}
-        moved = {s: {"top_20_answerable": 0.5 + delta, "em_answerable": 0.1 - delta} for s in real_open_qa.EVAL_SETS}
-        return {"retrieval": {"ict": cell, "realm": moved}, "qa": {"ict": cell, "realm": moved}}
-
-    lines = real_open_qa.paired({"runs": {("minilm", 0): run(0.02), ("minilm", 1): run(0.04)}}).splitlines()
-    assert len(lines) == 2 * len(real_open_qa.EVAL_SETS)
-    for set_name in real_open_qa.EVAL_SETS:
-        head = f"minilm: realm - ict, {set_name}"
-        assert f"{head} top-20 answerable: +0.030 ± 0.010 over 2 seed(s), positive in 2" in lines
-        assert f"{head} EM answerable: -0.030 ± 0.010 over 2 seed(s), positive in 0" in lines
+def _em(value: float, correct: list[int]) -> dict:
+    """An ``exact_match`` cell."""
+    return {"em": value, "em_answerable": value, "correct_answerable": correct}
 
 
 def test_a_qa_row_is_fine_tuned_once_and_read_back_by_exact_match_each_time(tmp_path, monkeypatch):
@@ -151,17 +122,17 @@ def test_a_qa_row_is_fine_tuned_once_and_read_back_by_exact_match_each_time(tmp_
 
     def exact_match(qa_dir, sets):
         calls.append(("exact_match", qa_dir.name))
-        return {name: {"em": 0.0} for name in sets}
+        return {name: _em(0.0, [0]) for name in sets}
 
     pretrain = load_config(PretrainConfig, overrides={})
     monkeypatch.setattr(real_open_qa, "retriever_shape", lambda cfg: (pretrain, "bert"))
-    monkeypatch.setattr(real_open_qa, "finetune_config", lambda cfg, qa_dir, sections: None)
     monkeypatch.setattr(real_open_qa, "finetune_and_evaluate", fine_tune)
     monkeypatch.setattr(real_open_qa, "exact_match", exact_match)
     cfg = dataclasses.replace(load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml"), out=str(tmp_path))
     sets = {"nq": ([], [])}
     real_open_qa.qa_rows(cfg, sets, ["ict"])
-    assert real_open_qa.qa_rows(cfg, sets, ["ict"]) == {"ict": {"nq": {"em": 0.0}}}
+    row = {"em": 0.0, "em_answerable": 0.0, "replicas": [[0]]}
+    assert real_open_qa.qa_rows(cfg, sets, ["ict"]) == {"ict": {"nq": row}}
     assert calls == ["finetune", ("exact_match", "qa_ict"), ("exact_match", "qa_ict")]
 
 
@@ -175,7 +146,7 @@ def test_a_set_with_its_own_training_file_is_read_by_the_same_start_fine_tuned_o
 
     def exact_match(qa_dir, sets):
         read.append((qa_dir.name, sorted(sets)))
-        return {name: {"em": float(len(qa_dir.name))} for name in sets}
+        return {name: _em(float(len(qa_dir.name)), []) for name in sets}
 
     monkeypatch.setattr(real_open_qa, "retriever_shape", lambda cfg: (load_config(PretrainConfig), "bert"))
     monkeypatch.setattr(real_open_qa, "finetune_and_evaluate", fine_tune)
@@ -184,7 +155,7 @@ def test_a_set_with_its_own_training_file_is_read_by_the_same_start_fine_tuned_o
     cfg = dataclasses.replace(load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml"), out=str(tmp_path))
     sets = {"nq": ([], []), "wq": ([], []), "ct": ([], [])}
     rows = real_open_qa.qa_rows(cfg, sets, ["ict"], {"wq": "wq_train.json"})
-    assert rows == {"ict": {"nq": {"em": 6.0}, "ct": {"em": 6.0}, "wq": {"em": 14.0}}}  # qa_ict, qa_ict_wqtrain
+    assert {s: row["em"] for s, row in rows["ict"].items()} == {"nq": 6.0, "ct": 6.0, "wq": 14.0}  # qa_ict_wqtrain
     assert read == [("qa_ict", ["ct", "nq"]), ("qa_ict_wqtrain", ["wq"])]
     nq, wq = tuned
     assert (nq.task.name, wq.task.name, wq.task.train, wq.task.dev) == (cfg.qa.train_task, "wq", "wq_train.json", "")
@@ -197,6 +168,45 @@ def test_a_set_with_its_own_training_file_is_read_by_the_same_start_fine_tuned_o
     assert len(tuned) == 2  # both published: read back, not fine-tuned again
 
 
+def test_each_fine_tuning_seed_starts_as_the_first_over_its_frozen_index_with_only_its_seed(tmp_path, monkeypatch):
+    tuned = []
+    answers = {"qa_ict": [1, 0], "qa_ict_ft1": [1, 1], "qa_ict_ft2": [0, 0]}
+
+    def fine_tune(cfg):  # publishes the row's model, as realm finetune does at its end
+        tuned.append(cfg)
+        (Path(cfg.train.run_dir) / "model").mkdir(parents=True)
+        (Path(cfg.train.run_dir) / "model" / "manifest.json").write_text("{}")
+
+    def exact_match(qa_dir, sets):
+        correct = answers.get(qa_dir.name, [1, 1])
+        return {name: _em(sum(correct) / 2, correct) for name in sets}
+
+    monkeypatch.setattr(real_open_qa, "retriever_shape", lambda cfg: (load_config(PretrainConfig), "bert"))
+    monkeypatch.setattr(real_open_qa, "finetune_and_evaluate", fine_tune)
+    monkeypatch.setattr(real_open_qa, "exact_match", exact_match)
+    monkeypatch.setattr(real_open_qa.live_index, "current_index_version", lambda d: d / "index" / "v-00000000")
+    cfg = load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml")
+    cfg = dataclasses.replace(cfg, out=str(tmp_path), seed=3)
+    sets = {"nq": ([], []), "wq": ([], [])}
+    rows = real_open_qa.qa_rows(cfg, sets, ["ict"], {"wq": "wq_train.json"}, finetune_seeds=3)
+    folders = [Path(c.train.run_dir).name for c in tuned]
+    assert folders == ["qa_ict", "qa_ict_ft1", "qa_ict_ft2", *(f"qa_ict_wqtrain{r}" for r in ("", "_ft1", "_ft2"))]
+    assert [c.train.seed for c in tuned] == [3, 103, 203] * 2
+    frozen = str(tmp_path / "qa_ict" / "index" / "v-00000000")
+    assert [c.init.index for c in tuned] == ["", *[frozen] * 5]  # the NQ row's own index, never a new one
+
+    def but_seed(c):  # a config with what may differ between fine-tuning seeds blanked
+        return dataclasses.replace(c, train=dataclasses.replace(c.train, run_dir="x", seed=0),
+                                   init=dataclasses.replace(c.init, index=""))  # fmt: skip
+
+    assert but_seed(tuned[0]) == but_seed(tuned[1]) == but_seed(tuned[2])
+    assert but_seed(tuned[3]) == but_seed(tuned[4]) == but_seed(tuned[5]) != but_seed(tuned[0])
+    assert rows["ict"]["nq"] == {"em": 0.5, "em_answerable": 0.5, "replicas": [[1, 0], [1, 1], [0, 0]]}
+    assert rows["ict"]["wq"]["replicas"] == [[1, 1]] * 3
+    real_open_qa.qa_rows(cfg, sets, ["ict"], {"wq": "wq_train.json"}, finetune_seeds=3)
+    assert len(tuned) == 6  # all published: read back, not fine-tuned again
+
+
 def test_a_row_without_a_published_index_stops_its_own_set_fine_tuning_with_the_folder_named(tmp_path, monkeypatch):
     tuned = []
     monkeypatch.setattr(real_open_qa, "retriever_shape", lambda cfg: (load_config(PretrainConfig), "bert"))
@@ -207,6 +217,34 @@ def test_a_row_without_a_published_index_stops_its_own_set_fine_tuning_with_the_
     with pytest.raises(real_open_qa.BenchError, match=message):
         real_open_qa.qa_rows(cfg, {"nq": ([], []), "wq": ([], [])}, ["ict"], {"wq": "wq_train.json"})
     assert [Path(c.train.run_dir).name for c in tuned] == ["qa_ict"]  # the set's own fine-tuning never started
+    # nor does a second fine-tuning seed start without the first's index
+    with pytest.raises(real_open_qa.BenchError, match=message):
+        real_open_qa.qa_rows(cfg, {"nq": ([], [])}, ["ict"], finetune_seeds=2)
+    assert [Path(c.train.run_dir).name for c in tuned] == ["qa_ict"] * 2
+
+
+def test_finetune_seeds_are_at_least_one(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        real_open_qa.main(["--work", str(tmp_path), "--finetune-seeds", "0"])
+    assert "--finetune-seeds 0: at least 1" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_with_several_fine_tuning_seeds_the_bench_prints_their_mean_and_their_spread(tmp_path, monkeypatch, capsys):
+    qa = {n: {"nq": {"em": 0.5, "em_answerable": 0.5, "replicas": [[1, 0], c]}} for n, c in
+          (("ict", [0, 0]), ("realm", [1, 1]))}  # fmt: skip
+    run = {"cloze": {}, "retrieval": {}, "qa": qa, "answerable": {"nq": 2}}
+
+    def measure(args, names, own_train):
+        assert args.finetune_seeds == 2
+        return {"runs": {("minilm", 0): run}}, {}
+
+    monkeypatch.setattr(real_open_qa, "measure", measure)
+    assert real_open_qa.main(["--work", str(tmp_path), "--finetune-seeds", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "the mean of each QA row's 2 fine-tuning seeds (train.seed = seed + 100 r)" in out
+    assert "minilm s0: nq realm, 2 fine-tuning seeds: 1, 2 of 2 answerable questions right" in out
+    assert "minilm s0: nq realm - ict over fine-tuning seeds: +1.0 ± 0.7 questions" in out
 
 
 def test_train_sets_name_an_evaluation_set_other_than_nq_and_an_existing_file(tmp_path, capsys):
@@ -263,40 +301,3 @@ def test_a_malformed_predictions_file_stops_the_bench_with_its_file_and_line_and
     assert real_open_qa.main(["--work", str(tmp_path), "--qa-rows", "ict"]) == 2
     assert f"{saved}:1: not a realm evaluate record" in capsys.readouterr().err
     assert saved.read_text() == "not json\n"
-
-
-def test_the_paired_lines_count_the_answerable_questions_only_one_qa_row_gets_right():
-    def run(ict: list[int], realm: list[int]) -> dict:
-        rows = {n: {"nq": {"top_20_answerable": 0.5}} for n in ("ict", "realm")}
-        qa = {n: {"nq": {"em_answerable": sum(c) / len(c), "correct_answerable": c}} for n, c in
-              (("ict", ict), ("realm", realm))}  # fmt: skip
-        return {"retrieval": rows, "qa": qa}
-
-    result = {"runs": {("minilm", 0): run([1, 0, 0, 0, 0, 1], [1, 1, 1, 1, 1, 0]),
-                       ("minilm", 1): run([0, 0], [0, 0])}}  # fmt: skip
-    lines = real_open_qa.paired(result).splitlines()
-    # seed 0: realm alone right on 4 questions, ict alone on 1: p = 2 * (1 + 5) / 2**5
-    assert "minilm s0: nq answerable questions right with realm only 4, ict only 1, exact McNemar p 0.375" in lines
-    assert "minilm s1: nq answerable questions right with realm only 0, ict only 0, exact McNemar p 1.000" in lines
-
-
-def test_the_warm_row_reads_with_icts_retriever_and_pairs_with_realm_on_exact_match_only():
-    def cells(top20: float) -> dict:
-        row = {f"top_{k}{a}": top20 for k in (1, 5, 20) for a in ("", "_answerable")}
-        return {s: row for s in real_open_qa.EVAL_SETS}
-
-    def em(value: float) -> dict:
-        return {s: {"em": value, "em_answerable": value} for s in real_open_qa.EVAL_SETS}
-
-    run = {"cloze": {}, "retrieval": {"ict": cells(0.4), "realm": cells(0.5)},
-           "qa": {"ict": em(0.01), "warm": em(0.02), "realm": em(0.05)}}  # fmt: skip
-    table = real_open_qa.format_table({"runs": {("minilm", 0): run}}).splitlines()
-    warm = next(line for line in table if line.startswith("| minilm s0 | warm |"))
-    assert warm.count("0.400 / 0.400 / 0.400") == 2 * len(real_open_qa.EVAL_SETS) and "0.020 (0.020)" in warm
-    lines = real_open_qa.paired({"runs": {("minilm", 0): run}}).splitlines()
-    assert "minilm: realm - warm, nq EM answerable: +0.030 over 1 seed(s), positive in 1" in lines
-    assert not any("realm - warm" in line and "top-20" in line for line in lines)
-    # without a warm row there is no realm - warm line at all
-    del run["qa"]["warm"]
-    assert not any("warm" in line for line in real_open_qa.paired({"runs": {("minilm", 0): run}}).splitlines())
-    assert "| warm |" not in real_open_qa.format_table({"runs": {("minilm", 0): run}})
