@@ -1,11 +1,12 @@
 """Several runs of ``bench/evidence.py``, summarised: how far one run's table can be trusted.
 
 One run of the evidence table is one training trajectory per row, and at a high retriever learning rate the same
-row can land 0.2 apart in two runs (docs/evidence.md, "Index freshness"). Given the ``--json`` tables of several runs (other
-seeds, same options), this prints each row's mean held-out span accuracy and gold recall with the standard error
-over runs, and for each pair of rows the *paired* difference (both rows of a run share its world, vocabulary,
-warm-up and ICT start), with its standard error and in how many runs it was positive. Tables that have the
-starting model's figures (``start``) also give each row's gain over it.
+row can land 0.2 apart in two runs (docs/evidence.md, "Index freshness"). Given the ``--json`` tables of several
+runs (other seeds, same options), this prints each row's mean held-out span accuracy and gold recall with the
+standard error over runs, and for each pair of rows the *paired* difference (both rows of a run share its world,
+vocabulary, warm-up and ICT start), with its standard error and in how many runs it was positive. Tables that have
+the starting model's figures (``start``) also give each row's gain over it. The exact tests here (McNemar, and a
+permutation test over fine-tuning seeds) serve ``bench/real_open_qa_report.py`` too.
 
     for s in 0 1 2 3; do
       python bench/evidence.py --seed $s --steps 600 --refresh 1 --rows realm,stale_30x,frozen \\
@@ -20,9 +21,9 @@ import argparse
 import json
 import math
 import sys
+from collections import Counter
 from itertools import combinations
 from pathlib import Path
-
 
 START = "start"  # bench/evidence.py's figures of the shared starting model, before pre-training
 
@@ -47,6 +48,26 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
     each disagreement goes either way with probability 1/2 (a binomial sign test)."""
     n = only_a + only_b
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n)
+
+
+def permutation_p(groups: list[tuple[list[float], list[float]]]) -> float:
+    """Exact two-sided p that two rows differ, from each group's values of the one row and of the other (a group: one
+    seed's fine-tunings of both rows, which share nothing but their start's seed). Under no difference every
+    relabelling of a group's values between the rows is as likely, independently per group; the statistic is the sum
+    over groups of sum(one row's) - sum(the other's), and p the share of relabellings at least as far from 0."""
+    observed, total = 0.0, Counter({0.0: 1})
+    for a, b in groups:
+        values = [*a, *b]
+        observed += sum(a) - sum(b)
+        here = Counter(2 * sum(values[i] for i in chosen) - sum(values)
+                       for chosen in combinations(range(len(values)), len(a)))  # fmt: skip
+        merged = Counter()
+        for t, n in total.items():
+            for d, m in here.items():
+                merged[t + d] += n * m
+        total = merged
+    # note: a tolerance, as sums of floats that are equal on paper may differ in their last bit
+    return sum(n for t, n in total.items() if abs(t) >= abs(observed) - 1e-9) / sum(total.values())
 
 
 def recall(row: dict) -> float:

@@ -10,10 +10,11 @@ could make.
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 from harness import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
-from evidence_runs import disagreements, mcnemar_p, mean_and_error  # noqa: E402
+from evidence_runs import disagreements, mcnemar_p, mean_and_error, permutation_p  # noqa: E402
 from retrieval_accuracy import KS  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data" / "real"
@@ -112,10 +113,12 @@ def replica_spread(result: dict) -> str:
     """Where a QA row has several fine-tuning seeds: per (init, seed, set), each row's answerable questions right
     under each seed, and the most that two of them disagree on; then each of ``PAIRS`` as the difference of the two
     rows' means over their fine-tuning seeds, with its standard error over those seeds (the rows' seeds are not
-    paired: sqrt(s_a^2 / n_a + s_b^2 / n_b)), in questions: whether one seed's difference stands above the noise of
-    fine-tuning alone."""
+    paired: sqrt(s_a^2 / n_a + s_b^2 / n_b)), in questions; last, per init and set, that difference averaged over
+    the seeds with the exact ``permutation_p`` of the fine-tunings relabelled between the rows within each seed:
+    whether the difference stands above the noise of fine-tuning alone."""
     lines = []
     for init, runs in _runs_of(result).items():
+        groups = defaultdict(list)  # (set, later, earlier): one (later's, earlier's) counts per seed
         for seed, set_name in ((seed, s) for seed in sorted(runs) for s in EVAL_SETS):
             counts = {}
             for name in QA_ROWS:
@@ -129,6 +132,12 @@ def replica_spread(result: dict) -> str:
                              f"two of them disagree on at most {most}")  # fmt: skip
             for later, earlier in ((b, a) for b, a in PAIRS if a in counts and b in counts):
                 (m_b, e_b), (m_a, e_a) = mean_and_error(counts[later]), mean_and_error(counts[earlier])
+                groups[set_name, later, earlier].append((counts[later], counts[earlier]))
                 lines.append(f"{init} s{seed}: {set_name} {later} - {earlier} over fine-tuning seeds: "
                              f"{m_b - m_a:+.1f} ± {math.hypot(e_b, e_a):.1f} questions")  # fmt: skip
+        for (set_name, later, earlier), pairs in groups.items():
+            mean = sum(sum(b) / len(b) - sum(a) / len(a) for b, a in pairs) / len(pairs)
+            lines.append(f"{init}: {set_name} {later} - {earlier} over {len(pairs)} seed(s) and their fine-tuning "
+                         f"seeds: {mean:+.1f} questions, exact permutation p {permutation_p(pairs):.3f} (each seed's "
+                         "fine-tunings relabelled between the two rows)")  # fmt: skip
     return "\n".join(lines)

@@ -77,3 +77,24 @@ def test_each_row_is_compared_with_the_starting_model_as_row_minus_start():
     assert "| realm − start | +0.100 ± 0.200 | 1 of 2 | +0.300 -0.100 |" in lines
     assert "| frozen − start | -0.150 ± 0.050 | 0 of 2 | -0.100 -0.200 |" in lines
     assert not any(line.startswith("| start − ") for line in lines)
+
+
+def test_the_permutation_p_by_hand_one_group_of_two_fine_tunings_a_row():
+    # a's values 3, 4 against b's 0, 1: of the 6 ways to give two of them to a, only {3, 4} and {0, 1} are as far
+    # from 0 as the observed +6
+    assert evidence_runs.permutation_p([([3, 4], [0, 1])]) == pytest.approx(1 / 3)
+    assert evidence_runs.permutation_p([([5], [5])]) == 1.0
+
+
+@pytest.mark.parametrize("groups", [
+    [([27, 40, 38], [46, 38, 42])],
+    [([27, 40, 38], [46, 38, 42]), ([27, 38, 36], [46, 56, 33])],
+    [([1.5, 2], [0.5]), ([3], [1, 2, 2])],
+])  # fmt: skip
+def test_the_permutation_p_is_the_share_of_relabellings_within_each_group_at_least_as_far_from_zero(groups):
+    observed = sum(sum(a) - sum(b) for a, b in groups)
+    # every ordering of each group's values, its first len(a) taken as a's, each group independently
+    orderings = [[(p[:len(a)], p[len(a):]) for p in itertools.permutations([*a, *b])] for a, b in groups]
+    stats = [sum(sum(x) - sum(y) for x, y in combo) for combo in itertools.product(*orderings)]
+    brute = sum(abs(t) >= abs(observed) - 1e-9 for t in stats) / len(stats)
+    assert evidence_runs.permutation_p(groups) == pytest.approx(brute)

@@ -115,6 +115,10 @@ def test_the_spread_of_a_rows_fine_tuning_seeds_and_the_rows_difference_against_
     assert lines[1].startswith("minilm s0: nq realm, 2 fine-tuning seeds: 4, 1 of 4") and lines[1].endswith("at most 3")
     # means 2.5 and 2.0; standard errors 1.5 (4, 1) and 1.0 (1, 3), not paired: sqrt(1.5^2 + 1^2)
     assert lines[2] == f"minilm s0: nq realm - ict over fine-tuning seeds: +0.5 ± {math.hypot(1.5, 1.0):.1f} questions"
-    assert len(lines) == 3
+    # realm 4, 1 against ict 1, 3: the four counts sum to 9, odd, so every split of them two and two is at least
+    # as far from 0 as the observed 5 - 4
+    assert lines[3] == ("minilm: nq realm - ict over 1 seed(s) and their fine-tuning seeds: +0.5 questions, exact "
+                        "permutation p 1.000 (each seed's fine-tunings relabelled between the two rows)")  # fmt: skip
+    assert len(lines) == 4
     # one fine-tuning a row: nothing to spread
     assert report.replica_spread(_replicated([[1, 0]], [[1, 1]])) == ""
