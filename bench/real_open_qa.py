@@ -97,7 +97,7 @@ GPU_CONFIG = REPO / "configs/real_text/gpu.yaml"
 """``--gpu`` takes this config's ``pretrain_overrides`` (the builder on the trainer's GPU, candidates prefetched)."""
 REPLICA_SEED_STEP = 100
 """A QA row's fine-tuning seed r (``--finetune-seeds``) trains with ``train.seed`` = the pipeline's seed + 100 r, in
-``qa_ROW_ftR`` beside ``qa_ROW``: far from every other pipeline seed's own fine-tuning seeds."""
+``qa_ROW_ftR`` beside ``qa_ROW``: for pipeline seeds below 100, no fine-tuning seed of one is another's."""
 
 
 def stop_after(cfg: RealTextConfig, through: str) -> str:
