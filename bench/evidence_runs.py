@@ -54,12 +54,14 @@ def permutation_p(groups: list[tuple[list[float], list[float]]]) -> float:
     """Exact two-sided p that two rows differ, from each group's values of the one row and of the other (a group: one
     seed's fine-tunings of both rows, which share nothing but their start's seed). Under no difference every
     relabelling of a group's values between the rows is as likely, independently per group; the statistic is the sum
-    over groups of sum(one row's) - sum(the other's), and p the share of relabellings at least as far from 0."""
+    over groups of mean(one row's) - mean(the other's), and p the share of relabellings at least as far from 0."""
     observed, total = 0.0, Counter({0.0: 1})
     for a, b in groups:
         values = [*a, *b]
-        observed += sum(a) - sum(b)
-        here = Counter(2 * sum(values[i] for i in chosen) - sum(values)
+        # note: means, not sums, so a row with fewer fine-tunings in a group weighs as much as the other (with sums,
+        # 2 against 3 fine-tunings of equal rows would look like a difference of one whole fine-tuning)
+        observed += sum(a) / len(a) - sum(b) / len(b)
+        here = Counter(sum(values[i] for i in chosen) / len(a) - (sum(values) - sum(values[i] for i in chosen)) / len(b)
                        for chosen in combinations(range(len(values)), len(a)))  # fmt: skip
         merged = Counter()
         for t, n in total.items():

@@ -90,11 +90,15 @@ def test_the_permutation_p_by_hand_one_group_of_two_fine_tunings_a_row():
     [([27, 40, 38], [46, 38, 42])],
     [([27, 40, 38], [46, 38, 42]), ([27, 38, 36], [46, 56, 33])],
     [([1.5, 2], [0.5]), ([3], [1, 2, 2])],
+    [([31, 45], [27, 40, 38]), ([50, 50], [27, 38, 36])],
 ])  # fmt: skip
 def test_the_permutation_p_is_the_share_of_relabellings_within_each_group_at_least_as_far_from_zero(groups):
-    observed = sum(sum(a) - sum(b) for a, b in groups)
+    def diff(x, y):
+        return sum(x) / len(x) - sum(y) / len(y)
+
+    observed = sum(diff(a, b) for a, b in groups)
     # every ordering of each group's values, its first len(a) taken as a's, each group independently
     orderings = [[(p[:len(a)], p[len(a):]) for p in itertools.permutations([*a, *b])] for a, b in groups]
-    stats = [sum(sum(x) - sum(y) for x, y in combo) for combo in itertools.product(*orderings)]
+    stats = [sum(diff(x, y) for x, y in combo) for combo in itertools.product(*orderings)]
     brute = sum(abs(t) >= abs(observed) - 1e-9 for t in stats) / len(stats)
     assert evidence_runs.permutation_p(groups) == pytest.approx(brute)
