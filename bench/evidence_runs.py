@@ -61,8 +61,9 @@ def permutation_p(groups: list[tuple[list[float], list[float]]]) -> float:
         # note: means, not sums, so a row with fewer fine-tunings in a group weighs as much as the other (with sums,
         # 2 against 3 fine-tunings of equal rows would look like a difference of one whole fine-tuning)
         observed += sum(a) / len(a) - sum(b) / len(b)
-        here = Counter(sum(values[i] for i in chosen) / len(a) - (sum(values) - sum(values[i] for i in chosen)) / len(b)
-                       for chosen in combinations(range(len(values)), len(a)))  # fmt: skip
+        whole = sum(values)
+        picked = (sum(values[i] for i in chosen) for chosen in combinations(range(len(values)), len(a)))
+        here = Counter(s / len(a) - (whole - s) / len(b) for s in picked)
         merged = Counter()
         for t, n in total.items():
             for d, m in here.items():
