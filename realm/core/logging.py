@@ -21,11 +21,29 @@ from realm.core.atomic import write_text_atomic
 _FORMAT = "%(asctime)s [realm %(name)s] %(levelname)s %(message)s"
 
 
+class _CurrentStderrHandler(logging.StreamHandler):
+    """A stream handler that writes to whatever ``sys.stderr`` is when a record is emitted, not the one it was made
+    with: a caller that swaps stderr after ``init_logging`` (``contextlib.redirect_stderr``, pytest's capture) would
+    otherwise leave the handler writing to a closed stream, and every later record, from any thread, turns into a
+    "Logging error" traceback."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property  # type: ignore[override]
+    def stream(self):
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value) -> None:
+        pass  # note: StreamHandler.__init__ assigns it; the property always answers the current stderr
+
+
 def init_logging(is_main_process: bool = True, level: int = logging.INFO) -> None:
     """Configures stdlib logging once; non-main ranks only report warnings so logs are not N-fold."""
     root = logging.getLogger()
     if not any(getattr(h, "_realm", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _CurrentStderrHandler()
         handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
         handler._realm = True  # type: ignore[attr-defined]
         root.addHandler(handler)
