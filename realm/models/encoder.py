@@ -13,7 +13,7 @@ import torch
 from torch import Tensor, nn
 from transformers import BertConfig, BertForMaskedLM
 
-from realm.models.pretrained import has_mlm_head, read_bert_config
+from realm.models.pretrained import TRAINING_DTYPE, has_mlm_head, read_bert_config
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +36,10 @@ class KnowledgeAugmentedEncoder(nn.Module):
         a new transform and bias, which the reader warm-up trains."""
         read_bert_config(name_or_path)  # note: a one-line error for a folder that is not a BERT
         if has_mlm_head(name_or_path):
-            return cls(BertForMaskedLM.from_pretrained(name_or_path))
+            return cls(BertForMaskedLM.from_pretrained(name_or_path, dtype=TRAINING_DTYPE))
         # note: tied even where the folder's config says tie_word_embeddings=false: with no decoder saved, untied
         # would mean a random vocabulary matrix; tied, the decoder scores with the embeddings the model learned
-        mlm = BertForMaskedLM.from_pretrained(name_or_path, tie_word_embeddings=True)
+        mlm = BertForMaskedLM.from_pretrained(name_or_path, tie_word_embeddings=True, dtype=TRAINING_DTYPE)
         logger.info("%s has no MLM head: the decoder is tied to its word embeddings; the head's transform and bias "
                     "are new and are trained by the reader warm-up (`realm warmup`)", name_or_path)  # fmt: skip
         return cls(mlm)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors import safe_open
@@ -33,6 +34,21 @@ TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 """Either one is enough for a fast BERT tokenizer (``vocab.txt`` is converted on load)."""
 _ST_POOLING_MODES = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean"}
 """sentence-transformers ``Pooling`` flags -> our pooling; the other flags (max, mean_sqrt_len, ...) have no match."""
+
+TRAINING_DTYPE = torch.float32
+"""The dtype every network is loaded in. Many published checkpoints are saved in fp16 or bf16, and transformers loads a
+folder in the dtype it was saved in: the optimizer would then step half-precision weights. Mixed precision (bf16
+autocast) is the training loop's choice, not the checkpoint's."""
+
+
+class LoadsInTrainingDtype:
+    """Mixin for the project's ``PreTrainedModel`` classes: ``from_pretrained`` loads in ``TRAINING_DTYPE`` unless the
+    caller names another ``dtype``."""
+
+    @classmethod
+    def from_pretrained(cls, *args: Any, **kwargs: Any) -> Any:
+        kwargs.setdefault("dtype", TRAINING_DTYPE)
+        return super().from_pretrained(*args, **kwargs)  # type: ignore[misc]
 
 
 def _file(name_or_path: str | Path, filename: str) -> Path | None:

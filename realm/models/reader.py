@@ -14,6 +14,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
+from realm.models.pretrained import LoadsInTrainingDtype
+
 
 @dataclass(kw_only=True, slots=True)
 class ReaderConfig:
@@ -47,7 +49,7 @@ def reader_config(bert_config: BertConfig, span_hidden_size: int) -> BertConfig:
     return config
 
 
-class SpanReader(BertPreTrainedModel):
+class SpanReader(LoadsInTrainingDtype, BertPreTrainedModel):
     """Scores every span of up to ``max_span_width`` wordpieces; ``save_pretrained`` writes safetensors.
 
     ``SpanReader.from_pretrained(folder, config=reader_config(...))`` starts the BERT from any saved ``BertModel``,

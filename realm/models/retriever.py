@@ -17,7 +17,7 @@ from torch import Tensor, nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
 from realm.core.errors import ConfigError
-from realm.models.pretrained import POOLINGS, model_pooling, read_bert_config
+from realm.models.pretrained import POOLINGS, LoadsInTrainingDtype, model_pooling, read_bert_config
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class RetrieverConfig:
         return self.num_candidates - 1
 
 
-class Embedder(BertPreTrainedModel):
+class Embedder(LoadsInTrainingDtype, BertPreTrainedModel):
     """BERT whose [CLS] (or mean) vector is projected to ``config.embed_dim`` (and L2-normalised for the ``cosine``
     score); ``save_pretrained`` writes safetensors. The config carries pooling, score and scale, so the weights and
     the way their scores are read travel together (builder, fine-tuning, inspection)."""

@@ -24,6 +24,7 @@ from realm.models.pretrained import (
     read_bert_config,
     weight_names,
 )
+from realm.models.reader import SpanReader, reader_config
 from realm.models.retriever import Retriever, RetrieverConfig, resolve_pooling
 
 WORDS = ["the", "river", "flows", "into", "sea", "paris", "is", "in", "france", "##s", "a", "city", "."]
@@ -175,6 +176,27 @@ def test_a_folder_without_a_head_gets_a_tied_decoder_and_a_fresh_transform(
     assert 0.01 < head.transform.dense.weight.std().item() < 0.03  # initializer_range 0.02, not uninitialised memory
     lines = [r.getMessage() for r in caplog.records if r.name == "realm.models.encoder"]
     assert len(lines) == 1 and "no MLM head" in lines[0] and "realm warmup" in lines[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_folder_saved_in_half_precision_starts_every_network_in_float32(mlm_folder, st_folder, tmp_path, dtype):
+    """Published checkpoints are often fp16 or bf16, and transformers loads a folder in its saved dtype: every network
+    must still start with fp32 weights (autocast is the loop's choice), holding the saved values exactly."""
+    half_mlm, half_st = tmp_path / "mlm", tmp_path / "st"
+    BertForMaskedLM.from_pretrained(mlm_folder).to(dtype).save_pretrained(half_mlm)
+    BertModel.from_pretrained(st_folder).to(dtype).save_pretrained(half_st)
+    saved = BertModel.from_pretrained(half_st, dtype=dtype).embeddings.word_embeddings.weight
+    assert saved.dtype == dtype  # the folder really holds half-precision weights
+    networks = {
+        "encoder, head loaded": KnowledgeAugmentedEncoder.from_pretrained(half_mlm),
+        "encoder, head tied": KnowledgeAugmentedEncoder.from_pretrained(half_st),
+        "retriever": Retriever.from_bert(str(half_st), RetrieverConfig(embed_dim=16)),
+        "reader": SpanReader.from_pretrained(half_st, config=reader_config(read_bert_config(half_st), 8)),
+    }
+    for name, network in networks.items():
+        assert {p.dtype for p in network.parameters()} == {torch.float32}, name
+    words = networks["encoder, head tied"].mlm.bert.embeddings.word_embeddings.weight
+    assert torch.equal(words, saved.float())  # upcast exactly, not re-initialised
 
 
 def test_weight_names_are_read_without_loading_tensors(mlm_folder, tmp_path):
