@@ -43,7 +43,7 @@ from transformers import BertConfig, BertTokenizer
 
 from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
-from realm.index.build_version import PRECISIONS
+from realm.core.precision import DTYPES
 from realm.index.embedding import block_lengths, embed_blocks, packed_batches
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.run import layout, live_index, publication
@@ -70,7 +70,7 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--gpu-tflops", type=float, default=0.0, help="sustained TFLOP/s of one device (0: measured peak)")
     p.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="builder process counts to run")
     p.add_argument("--device", default="cpu", help="cpu or cuda (each builder rank takes its local GPU)")
-    p.add_argument("--precision", default="fp32", choices=sorted(PRECISIONS), help="the builder's embedding dtype")
+    p.add_argument("--precision", default="fp32", choices=sorted(DTYPES), help="the builder's embedding dtype")
     p.add_argument("--quick", action="store_true", help="a smoke run: small corpus, one round")
     p.add_argument("--json", default=None, help="also write the figures to this path")
     args = p.parse_args(argv)
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> dict:
         results["speedup_embed"] = two["embed_blocks_per_s"] / one["embed_blocks_per_s"]
 
     special = SpecialIds.of(BertTokenizer.from_pretrained(str(tokenizer)))
-    device, dtype = torch.device("cuda" if args.device.startswith("cuda") else "cpu"), PRECISIONS[args.precision]
+    device, dtype = torch.device("cuda" if args.device.startswith("cuda") else "cpu"), DTYPES[args.precision]
     embedder = retriever.doc_embedder.to(device=device, dtype=dtype)  # as the builder loads it
     results["embed"] = embed_vs_bare(embedder, datasets.load_from_disk(str(blocks_path)), special, args)
     peak = matmul_peak(dtype, args.peak_size, device)

@@ -55,6 +55,8 @@ def shape_parser(description: str) -> argparse.ArgumentParser:
     ]:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--bf16", action="store_true", help="torch.autocast bf16 (cuda when present, else cpu)")
+    p.add_argument("--precisions", default="fp32,bf16",
+                   help="bench/step.py: the precisions timed side by side in one run (--bf16: bf16 alone)")
     p.add_argument(
         "--prefetch", action="store_true",
         help="also time the step with train.prefetch_candidates (the next batch searched while this one trains)",

@@ -33,7 +33,7 @@ from realm.qa.model import OpenQAModel
 from realm.qa.prediction_table import PREDICTIONS_KEY, prediction_rows
 from realm.qa.qa_eval import DEFAULT_TOP_K, evaluate_qa
 from realm.run import publication
-from realm.training.accelerator import build_accelerator
+from realm.training.accelerator import build_accelerator, use_fast_attention
 
 logger = logging.getLogger(__name__)
 
@@ -92,6 +92,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--regex", action="store_true", help="jsonl task only: answers are regular expressions")
     parser.add_argument("--report_to", default="none", help="none, wandb, tensorboard or all")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
+    parser.add_argument("--precision", default="auto", choices=["fp32", "bf16", "fp16", "auto"],
+                        help="autocast of the evaluation (auto: bf16 where the device computes it natively)")
     return parser.parse_args(argv)
 
 
@@ -114,8 +116,9 @@ def _evaluate(args: argparse.Namespace) -> int:
         raise ArgumentError(f"--top-k must be comma-separated integers, got {args.top_k!r}") from None
     model, ctx, manifest = load_qa_run(out)
     questions = ctx.question_set(task.load(args.data, args.max_questions), max(top_k))
-    accelerator = build_accelerator(tracking, out)
+    accelerator = build_accelerator(tracking, out, args.precision)
     init_trackers(accelerator, tracking, out, {"data": args.data, "task": args.task}, job_type="evaluate")
+    use_fast_attention(model, accelerator)
     metrics, records = evaluate_qa(
         model.to(accelerator.device),
         questions,

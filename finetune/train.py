@@ -100,7 +100,7 @@ class FinetuneConfig:
 class Finetuner:
     def __init__(self, cfg: FinetuneConfig, accelerator: Accelerator | None = None) -> None:
         self.cfg = cfg
-        self.accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir)
+        self.accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir, cfg.train.precision)
         if not cfg.task.train:
             raise ConfigError("task.train is required (a question file, or hf:<split>)")
         self.out = start_job(cfg.train, self.accelerator, cfg)

@@ -25,8 +25,10 @@ from pathlib import Path
 from typing import Any
 
 import datasets
+import torch
 from transformers import AutoTokenizer
 
+from realm.core.precision import resolve_precision
 from realm.data.packing import SpecialIds
 from realm.index.build_version import load_doc_embedder, publish_new_version
 from realm.index.builder_group import BuilderGroup, PeerError, check_reports, shard_report
@@ -151,7 +153,7 @@ def build_index_version_sharded(
     batch_size: int = 64,
     keep_versions: int = 3,
     device: str = "cpu",
-    precision: str = "fp32",
+    precision: str = "auto",
     should_stop: Callable[[], bool] | None = None,
 ) -> Path:
     """Builds, publishes and activates the index for ``export_path`` with every rank of ``group``; call on all ranks.
@@ -165,6 +167,7 @@ def build_index_version_sharded(
     if prepared["built"] is not None:
         return Path(prepared["built"])
     export = prepared["export"]
+    precision = resolve_precision(precision, torch.device(device).type)  # note: what the manifest records
     report = _embed_own_shard(run_dir, export_path, export, group, batch_size, device, precision, should_stop)
     reports = group.all_gather(report)
     version = group.from_main(

@@ -36,7 +36,8 @@ from realm.core.errors import ConfigError, MissingFileError, run_command
 from realm.core.logging import init_logging
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
-from realm.index.build_version import build_index_version, check_precision
+from realm.core.precision import check_precision
+from realm.index.build_version import build_index_version
 from realm.index.builder_group import BuilderGroup
 from realm.index.embedding import BuildCancelled
 from realm.index.mips import IndexConfig
@@ -67,10 +68,11 @@ class IndexBuilderConfig:
     device: str = "cpu"
     """Device of the document embedder, e.g. "cpu" or "cuda:1"; with ``enable_distributed`` "cpu" or "cuda" (each
     rank takes its local GPU; give the builder its own GPUs with ``CUDA_VISIBLE_DEVICES``)."""
-    precision: str = "fp32"
-    """Dtype of the document embedder's weights while it embeds the corpus: "fp32", "bf16" or "fp16" (GPU only).
-    bf16 is the choice on GPUs (tensor cores, half the memory traffic); the vectors are stored as float32 either
-    way, and the trainer re-embeds its candidates live, so precision only affects which blocks are candidates."""
+    precision: str = "auto"
+    """Dtype of the document embedder's weights while it embeds the corpus: "fp32", "bf16", "fp16" (GPU only) or
+    "auto": bf16 where the device computes it natively (a GPU with bf16, a CPU with AMX or AVX-512 BF16), else fp32
+    (``realm.core.precision``). The vectors are stored as float32 either way, and the trainer re-embeds its
+    candidates live, so precision only affects which blocks are candidates."""
     enable_distributed: bool = False
     """Join the process group of a launcher (``torchrun``, ``accelerate launch``) and build each version with all its
     processes, one corpus shard each. Off by default, so a builder spawned by a multi-process trainer (which inherits

@@ -10,6 +10,7 @@ training entities, evaluated on questions about held-out ones. Writes ``OUT/summ
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -61,6 +62,9 @@ class DemoConfig:
     """Evaluate QA on the first N held-out questions (0: all)."""
     num_threads: int = 0
     """Threads of QA fine-tuning (0: torch's default); ``realm demo`` also sets its own process's."""
+    precision: str = "auto"
+    """``train.precision`` of every stage (``realm.core.precision``): warm-up, ICT, pre-training and its child
+    builder, evaluation, QA."""
 
 
 def make_data(cfg: DemoConfig) -> dict[str, Path]:
@@ -81,6 +85,7 @@ def pretrain_config(cfg: DemoConfig, paths: dict[str, Path]) -> PretrainConfig:
         [
             f"--train.run_dir={run}",
             f"--train.seed={cfg.seed}",
+            f"--train.precision={cfg.precision}",
             f"--train.init_retriever={run / 'ict' / 'retriever'}",
             *warmed,
             f"--data.tokenizer={paths['tokenizer']}",
@@ -96,7 +101,8 @@ def pretrain_config(cfg: DemoConfig, paths: dict[str, Path]) -> PretrainConfig:
 def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig) -> WarmStart:
     """The reader warm-up and ICT on the demo's data, in the shape of the pre-training encoder ``model``."""
     data = {"tokenizer": str(paths["tokenizer"]), "blocks": str(paths["blocks"])}
-    return warm_start(cfg.warm_start, Path(cfg.out), cfg.seed, data, encoder_shape(model))
+    warm = dataclasses.replace(cfg.warm_start, precision=cfg.precision)
+    return warm_start(warm, Path(cfg.out), cfg.seed, data, encoder_shape(model))
 
 
 def finetune_config(cfg: DemoConfig, paths: dict[str, Path]) -> FinetuneConfig:
@@ -104,6 +110,7 @@ def finetune_config(cfg: DemoConfig, paths: dict[str, Path]) -> FinetuneConfig:
     run = Path(cfg.out)
     overrides = {
         "train": {"run_dir": str(run / "qa"), "seed": cfg.seed, "num_threads": cfg.num_threads,
+                  "precision": cfg.precision,
                   **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})},
         "task": {"train": str(paths["questions_train"]), "dev": str(paths["questions_heldout"]),
                  "max_dev_questions": cfg.max_dev_questions},

@@ -85,6 +85,9 @@ class RealTextConfig:
     """None: the config's; 0 skips QA."""
     pretrain_overrides: dict[str, Any] = field(default_factory=dict)
     """Config sections put over the pre-training YAML (e.g. ``{"model": {"num_layers": 4}}``)."""
+    precision: str = "auto"
+    """``train.precision`` of every stage (``realm.core.precision``): warm-up, ICT, pre-training and its child
+    builder, evaluation, QA."""
     stop_after: str = "qa"
     """``data`` stops after the vocabulary, blocks and cloze sets (to run the stages on GPUs with ``launch/``),
     ``warm_start`` after ICT, ``pretrain`` after pre-training and its evaluation, ``qa`` runs everything."""
@@ -121,7 +124,7 @@ def pretrain_config(cfg: RealTextConfig, data: dict[str, str], sets: ClozeSets, 
     """The pre-training config: the YAML, then ``pretrain_overrides``, then this run's paths and starts."""
     out = Path(cfg.out)
     sections = dict(cfg.pretrain_overrides)
-    train = {**sections.get("train", {}), "run_dir": str(out), "seed": cfg.seed,
+    train = {**sections.get("train", {}), "run_dir": str(out), "seed": cfg.seed, "precision": cfg.precision,
              "init_retriever": str(out / "ict" / "retriever"),
              **({"init_encoder": str(out / "warmup" / "encoder")} if warmed else {}),
              **({"max_steps": cfg.pretrain_steps} if cfg.pretrain_steps else {})}  # fmt: skip
@@ -154,7 +157,7 @@ def run_real_text(cfg: RealTextConfig) -> dict[str, Any]:
     pretrain = pretrain_config(cfg, data, sets, warmed=cfg.warm_start.warmup_steps != 0)
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     sections = {**cfg.warm_start.stage_overrides, "retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging)}
-    warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections)
+    warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections, precision=cfg.precision)
     seconds |= warm_start(warm, out, cfg.seed, data, encoder_shape(pretrain.model)).seconds
     if cfg.stop_after == "warm_start":
         return _finish(out, summary, t_start)
@@ -195,7 +198,7 @@ def finetune_config(cfg: RealTextConfig, run_dir: Path | None = None, start: dic
     """QA fine-tuning on ``cfg``'s questions, written to ``run_dir`` (default ``OUT/qa``), starting as ``start``
     says (config sections such as ``init`` and ``data``; default the pre-trained run in ``OUT``, its index frozen)."""
     out = Path(cfg.out)
-    train = {"run_dir": str(run_dir or out / "qa"), "seed": cfg.seed,
+    train = {"run_dir": str(run_dir or out / "qa"), "seed": cfg.seed, "precision": cfg.precision,
              **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})}  # fmt: skip
     task = {"name": cfg.qa.train_task, "train": cfg.qa.train, "dev_name": cfg.qa.dev_task, "dev": cfg.qa.dev,
             "max_dev_questions": cfg.qa.max_dev_questions}  # fmt: skip

@@ -7,15 +7,14 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from accelerate import Accelerator
-
 from realm.core.logging import MetricsLogger
+from realm.core.tracking import TrackingConfig
 from realm.finetune.train import FinetuneConfig, Finetuner
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.heldout_eval import HeldoutMetrics, evaluate_heldout
 from realm.run.layout import METRICS_FILE
 from realm.trainer.pretrain_loop import Trainer
-from realm.training.accelerator import enable_tf32
+from realm.training.accelerator import build_accelerator
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,14 +35,15 @@ def pretrain_and_evaluate(cfg: PretrainConfig) -> Pretrained:
     ``eval.max_examples`` sentences; they go into the run's metrics as ``eval_exact/*`` at step 0 and at the last
     step, apart from the trainer's curve (``eval/*``, on the live index and ``eval.interval_examples`` sentences).
     """
-    enable_tf32()
-    trainer = Trainer(cfg, Accelerator())
+    # note: no trackers here (the pipelines track nothing of their own); the config's precision
+    trainer = Trainer(cfg, build_accelerator(TrackingConfig(), cfg.train.run_dir, cfg.train.precision))
 
     def evaluate() -> HeldoutMetrics:
-        return evaluate_heldout(
-            trainer.unwrapped, trainer.heldout, trainer.store, trainer.special, cfg.retriever,
-            batch_size=cfg.eval.batch_size, max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
-        )  # fmt: skip
+        with trainer.accelerator.autocast():
+            return evaluate_heldout(
+                trainer.unwrapped, trainer.heldout, trainer.store, trainer.special, cfg.retriever,
+                batch_size=cfg.eval.batch_size, max_examples=cfg.eval.max_examples, gold_titles=trainer.heldout_titles,
+            )  # fmt: skip
 
     seconds = {}
     t = time.perf_counter()

@@ -77,6 +77,8 @@ class WarmStartConfig:
     copy_block_length: int = 32
     """Wordpieces of a copy stage's query and (unless the stage names its own) block: a 4-6 word sentence and its
     title, not the pipeline's lengths."""
+    precision: str = "auto"
+    """``train.precision`` of every warm-start stage (``realm.core.precision``); the pipelines set their own."""
 
     def __post_init__(self) -> None:
         if self.copy_curriculum and self.warmup_steps == 0:
@@ -111,9 +113,9 @@ def encoder_shape(model: ModelConfig) -> dict[str, Any]:
 
 
 def stage_config(cls: type, path: str, out: Path, seed: int, data: dict[str, str], steps: int | None,
-                 sections: dict[str, Any]):  # fmt: skip
+                 sections: dict[str, Any], precision: str = "auto"):  # fmt: skip
     """The config of one warm-start stage writing to ``out`` on ``data`` (``tokenizer``, ``blocks``)."""
-    train = {"run_dir": str(out), "seed": seed, **({"max_steps": steps} if steps else {})}
+    train = {"run_dir": str(out), "seed": seed, "precision": precision, **({"max_steps": steps} if steps else {})}
     return load_config(cls, path, {**sections, "train": train, "data": data})
 
 
@@ -145,7 +147,8 @@ def copy_curriculum(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, 
                     "task": {"masking": "random_token"}, "optim": {"decay_steps": max(1, stage.steps // 5)},
                     "model": {**model, **({"init_from": str(encoder)} if encoder else {})}}  # fmt: skip
         stage_data = {"tokenizer": data["tokenizer"], "blocks": str(blocks)}
-        warmup = stage_config(WarmupConfig, cfg.warmup_config, stage_dir, seed, stage_data, stage.steps, sections)
+        warmup = stage_config(WarmupConfig, cfg.warmup_config, stage_dir, seed, stage_data, stage.steps, sections,
+                              cfg.precision)  # fmt: skip
         encoder = train_warmup(warmup)
     return encoder
 
@@ -171,7 +174,7 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
         t = time.perf_counter()
         warmup_model = {**sections.get("model", {}), **model, **({"init_from": str(copied)} if copied else {})}
         warmup = stage_config(WarmupConfig, cfg.warmup_config, out / "warmup", seed, data, cfg.warmup_steps,
-                              {**sections, "model": warmup_model})  # fmt: skip
+                              {**sections, "model": warmup_model}, cfg.precision)  # fmt: skip
         encoder = train_warmup(warmup)
         seconds["warmup_s"] = time.perf_counter() - t
     ict_model = {**model, "init_from": str(encoder)} if encoder and not model.get("init_from") else model
@@ -179,7 +182,8 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
     ict_sections = {key: value for key, value in sections.items() if key != "tagging"}
     t = time.perf_counter()
     ict = stage_config(ICTConfig, cfg.ict_config, out / "ict", seed, data, cfg.ict_steps,
-                       {**ict_sections, "model": {**ict_sections.get("model", {}), **ict_model}})  # fmt: skip
+                       {**ict_sections, "model": {**ict_sections.get("model", {}), **ict_model}},
+                       cfg.precision)  # fmt: skip
     retriever = train_ict(ict)
     seconds["ict_s"] = time.perf_counter() - t
     return WarmStart(encoder, copied, retriever, seconds)

@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_command_line(
         PretrainConfig, argv, "realm train", "REALM pre-training (the trainer process).", config_required=True
     )
-    accelerator = build_accelerator(cfg.tracking, cfg.train.run_dir)
+    accelerator = build_accelerator(cfg.tracking, cfg.train.run_dir, cfg.train.precision)
     init_logging(accelerator.is_main_process)
     trainer = Trainer(cfg, accelerator)
     try:

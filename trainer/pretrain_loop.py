@@ -11,6 +11,7 @@ import functools
 import itertools
 import logging
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -60,7 +61,7 @@ logger = logging.getLogger(__name__)
 class Trainer:
     def __init__(self, cfg: PretrainConfig, accelerator: Accelerator | None = None) -> None:
         self.cfg = cfg
-        self.accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir)
+        self.accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir, cfg.train.precision)
         with removed_if_setup_fails(cfg.train.run_dir, self.accelerator.is_main_process):
             self._set_up(cfg)
 
@@ -107,8 +108,10 @@ class Trainer:
         self.watcher = IndexWatcher(
             self.run_dir, cfg.refresh.poll_interval_s, corpus_fingerprint=blocks_fingerprint(self.store.blocks)
         )
+        # note: the child builder embeds in the trainer's precision unless the refresh config names its own
+        refresh = replace(cfg.refresh, builder_precision=cfg.refresh.builder_precision or cfg.train.precision)
         self.builder = ChildBuilder(
-            cfg.refresh, self.run_dir, tracking_args(cfg.tracking, self.run_dir), self.num_processes
+            refresh, self.run_dir, tracking_args(cfg.tracking, self.run_dir), self.num_processes
         ) if cfg.refresh.spawn_builder and self.accelerator.is_main_process else None  # fmt: skip
         self.sync = IndexSync(
             self.run_dir,
@@ -349,17 +352,12 @@ class Trainer:
         """Held-out evaluation on the live index (main process), a point of the learning curve."""
         if self.heldout is None or not self.accelerator.is_main_process:
             return {}
-        result = evaluate_heldout(
-            self.unwrapped,
-            self.heldout,
-            self.store,
-            self.special,
-            self.cfg.retriever,
-            index=self.index,
-            batch_size=self.cfg.eval.batch_size,
-            max_examples=self.cfg.eval.interval_examples or self.cfg.eval.max_examples,
-            gold_titles=self.heldout_titles,
-        ).as_dict()
+        with self.accelerator.autocast():  # note: in the run's precision, as the trainer's own forward passes
+            result = evaluate_heldout(
+                self.unwrapped, self.heldout, self.store, self.special, self.cfg.retriever, index=self.index,
+                batch_size=self.cfg.eval.batch_size, gold_titles=self.heldout_titles,
+                max_examples=self.cfg.eval.interval_examples or self.cfg.eval.max_examples,
+            ).as_dict()  # fmt: skip
         self.metrics.log(result, self.step)
         return result
 

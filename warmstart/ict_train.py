@@ -107,7 +107,7 @@ def ict_examples(blocks: datasets.Dataset, tokenizer) -> datasets.Dataset:
 
 def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     """Runs (or resumes) ICT and returns the published ``retriever/`` folder."""
-    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir)
+    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir, cfg.train.precision)
     out_dir = start_job(cfg.train, accelerator, cfg)
     tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
     check_blocks_tokenizer(cfg.data.blocks, tokenizer)

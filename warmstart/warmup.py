@@ -94,7 +94,7 @@ class WarmupConfig:
 
 def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> Path:
     """Runs (or resumes) the reader warm-up and returns the published ``encoder/`` folder."""
-    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir)
+    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir, cfg.train.precision)
     out_dir = start_job(cfg.train, accelerator, cfg)
     num_processes = accelerator.num_processes
     if cfg.train.batch_size % num_processes:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from realm.core.precision import DTYPES, resolve_precision, set_attention
 from realm.data.packing import SpecialIds
 from realm.index import versions
 from realm.index.budget import plan_index
@@ -31,26 +32,18 @@ from realm.run.live_index import activate, activate_if_built, remove_older_expor
 
 logger = logging.getLogger(__name__)
 
-PRECISIONS = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-"""Weight and activation dtype of the document embedder while it embeds the corpus (``IndexBuilderConfig.precision``)."""
-
-
-def check_precision(precision: str, name: str = "precision", allow_empty: bool = False) -> None:
-    """Raises ``ValueError`` unless ``precision`` is a key of ``PRECISIONS`` (or empty, where that is allowed)."""
-    if precision in PRECISIONS or (allow_empty and not precision):
-        return
-    choices = f"{'empty or ' if allow_empty else ''}one of {sorted(PRECISIONS)}"
-    raise ValueError(f"{name} must be {choices}, got {precision!r}")
-
-
-def load_doc_embedder(export_path: Path, device: str, precision: str = "fp32") -> Embedder:
-    """The export's document embedder on ``device``, its weights cast to ``precision`` for inference; an export whose
-    weights do not match its manifest's checksum is refused (``RunError``)."""
+def load_doc_embedder(export_path: Path, device: str, precision: str = "auto") -> Embedder:
+    """The export's document embedder on ``device``, its weights cast to ``precision`` (resolved for the device:
+    ``realm.core.precision``) for inference, with the attention kernel fastest there; an export whose weights do not
+    match its manifest's checksum is refused (``RunError``)."""
     # note: casting the weights (rather than autocasting an fp32 model) is what half-precision inference wants: no
     # per-op casts, half the weight traffic. The index only chooses candidates; the trainer re-scores them live.
-    check_precision(precision)
+    device_type = torch.device(device).type
+    resolved = resolve_precision(precision, device_type)
     layout.check_export(export_path)
-    return Retriever.from_pretrained(export_path).doc_embedder.to(device=device, dtype=PRECISIONS[precision])
+    embedder = Retriever.from_pretrained(export_path).doc_embedder.to(device=device, dtype=DTYPES[resolved])
+    set_attention(embedder, device_type, resolved)
+    return embedder
 
 
 def blocks_fingerprint(blocks: datasets.Dataset) -> str:
@@ -137,7 +130,7 @@ def build_index_version(
     batch_size: int = 64,
     keep_versions: int = 3,
     device: str = "cpu",
-    precision: str = "fp32",
+    precision: str = "auto",
     should_stop: Callable[[], bool] | None = None,
 ) -> Path:
     """Builds, publishes and activates the index for the retriever export at ``export_path``; returns the version.
@@ -166,6 +159,6 @@ def build_index_version(
             embedder, blocks, special, export["max_block_length"], batch_size, out, device, should_stop=should_stop
         )
         out.flush()
-        return {"embed_precision": precision}
+        return {"embed_precision": resolve_precision(precision, torch.device(device).type)}
 
     return publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, embed)

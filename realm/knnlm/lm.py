@@ -34,7 +34,7 @@ from transformers import (
 )
 
 from realm.core.errors import ConfigError, InputError, MissingFileError
-from realm.index.build_version import PRECISIONS, check_precision
+from realm.core.precision import DTYPES, check_precision, resolve_precision, set_attention
 
 KEY_TYPES = ("ffn_input", "attn_output", "ffn_output", "h_sm")
 LAST_LAYER = -1
@@ -69,7 +69,9 @@ class LMConfig:
     batch_size: int = 16
     """Windows per forward pass."""
     precision: str = "fp32"
-    """fp32, bf16 or fp16 (GPU) for the forward pass; keys are stored in fp16 either way."""
+    """fp32, bf16, fp16 (GPU) or auto (bf16 where the device computes it natively: ``realm.core.precision``) for the
+    forward pass; keys are stored in fp16 either way. fp32 by default: the datastore's keys and the LM's
+    probabilities are compared across runs and devices."""
     device: str = "cpu"
 
     def __post_init__(self) -> None:
@@ -93,7 +95,10 @@ def load_causal_lm(cfg: LMConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerB
     gguf = {"gguf_file": cfg.gguf_file} if cfg.gguf_file else {}
     try:
         tokenizer = AutoTokenizer.from_pretrained(cfg.tokenizer or cfg.model, **({} if cfg.tokenizer else gguf))
-        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=PRECISIONS[cfg.precision], **gguf)
+        device_type = torch.device(cfg.device).type
+        precision = resolve_precision(cfg.precision, device_type)
+        model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=DTYPES[precision], **gguf)
+        set_attention(model, device_type, precision)
     except (OSError, ValueError) as err:
         raise InputError(f"could not load a causal LM from {cfg.model!r}: {err}") from err
     max_positions = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 0)

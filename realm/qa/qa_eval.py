@@ -9,6 +9,7 @@ candidate span (the reader's ceiling). With an ``accelerator`` of N processes, e
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -121,6 +122,7 @@ def evaluate_qa(
     if device is None:
         device = accelerator.device if accelerator else "cpu"
     rank, world_size = (accelerator.process_index, accelerator.num_processes) if accelerator else (0, 1)
+    autocast = accelerator.autocast if accelerator else contextlib.nullcontext
     rows = shard_rows(len(questions), rank, world_size)
     was_training = model.training
     model.eval()
@@ -128,12 +130,15 @@ def evaluate_qa(
     bar = progress(len(rows), "evaluating QA", unit="question", enabled=rank == 0)
     for batch in question_batches(questions, ctx, batch_size, rows):
         batch = batch.to(device)
-        # note: fixed (BM25) candidates need no search, so no query pass before the model's own
-        query = model.embed_queries(batch) if questions.candidates is None else None
+        # note: the accelerator's precision (bf16 autocast where the job runs bf16); searched in fp32
+        with autocast():
+            # note: fixed (BM25) candidates need no search, so no query pass before the model's own
+            query = model.embed_queries(batch).float() if questions.candidates is None else None
         batch = ctx.attach(batch, query, questions, max(top_k)).to(device)
-        out = model(batch)
+        with autocast():
+            out = model(batch)
         blocks = batch.blocks
-        spans = best_spans(out.reader_logits, blocks.span_valid)
+        spans = best_spans(out.reader_logits.float(), blocks.span_valid)
         in_read_blocks = (blocks.span_correct & blocks.span_valid).flatten(1).any(1).tolist()
         ids = blocks.block_ids.cpu()
         titles, _ = ctx.store.texts([max(int(i), 0) for i in ids.reshape(-1).tolist()])

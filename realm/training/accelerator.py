@@ -1,8 +1,10 @@
-"""The ``Accelerator`` every training and evaluation entry point builds: the config's trackers, and fp32 on CPU.
+"""The ``Accelerator`` every training and evaluation entry point builds: the config's trackers and its precision.
 
-Precision comes from the launcher (``accelerate launch --mixed_precision`` or the YAML of ``launch/accelerate``):
-bf16/fp16 autocast on GPUs. Processes on CPU stay fp32 whatever the launcher asks: CPU autocast is lossy and often
-slower (``bench/step.py --bf16``), and CPU runs here are tests and small runs compared against fp32 references.
+Precision is the job's ``train.precision`` (``realm.core.precision``): ``auto`` is bf16 autocast where the device
+computes bf16 natively (a GPU with bf16, a CPU with AMX or AVX-512 BF16) and fp32 elsewhere; fp32 master weights and
+optimizer state either way. The config decides, not the launcher: a launcher that asks for another precision
+(``accelerate launch --mixed_precision``, the YAMLs of ``launch/accelerate``) is overridden, with a warning, so that
+the run's ``config.yaml`` says what it ran in.
 """
 
 from __future__ import annotations
@@ -13,36 +15,67 @@ from pathlib import Path
 
 import torch
 from accelerate import Accelerator
+from accelerate.state import AcceleratorState
 from accelerate.utils import parse_flag_from_env
 
+from realm.core.precision import mixed_precision_flag, resolve_precision, set_attention
 from realm.core.tracking import TrackingConfig, accelerator_kwargs
 
 logger = logging.getLogger(__name__)
 
 
-def cpu_safe_mixed_precision() -> str | None:
-    """``"no"`` when the launcher asks for bf16/fp16 but this process runs on CPU, else None (the launcher's choice
-    stands)."""
-    requested = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
-    on_gpu = torch.cuda.is_available() and not parse_flag_from_env("ACCELERATE_USE_CPU")
-    return "no" if requested != "no" and not on_gpu else None
+def process_device_type() -> str:
+    """"cuda" when this process will run on a GPU (one is visible and the launcher did not put it on CPU), else
+    "cpu"."""
+    return "cuda" if torch.cuda.is_available() and not parse_flag_from_env("ACCELERATE_USE_CPU") else "cpu"
 
 
 def enable_tf32() -> bool:
     """TF32 tensor cores for the fp32 matmuls and convolutions of a CUDA process (what remains fp32 under autocast,
     and everything in an fp32 run): the first GPU measurements ran fp32 matmuls at 46 TFLOP/s without it. Returns
     whether it was enabled (False on CPU, where nothing changes)."""
-    if not torch.cuda.is_available() or parse_flag_from_env("ACCELERATE_USE_CPU"):
+    if process_device_type() != "cuda":
         return False
     torch.backends.cuda.matmul.allow_tf32 = True
     torch.backends.cudnn.allow_tf32 = True
     return True
 
 
-def build_accelerator(tracking: TrackingConfig, run_dir: str | Path) -> Accelerator:
-    """An ``Accelerator`` logging to ``tracking``'s trackers under ``run_dir``, fp32 when on CPU, TF32 on GPUs."""
+def mixed_precision_for(precision: str) -> str:
+    """accelerate's ``mixed_precision`` for a job's ``train.precision`` on this process's device; warns when the
+    launcher asked for something else."""
+    flag = mixed_precision_flag(resolve_precision(precision, process_device_type()))
+    requested = os.environ.get("ACCELERATE_MIXED_PRECISION", "")
+    if requested and requested != flag:
+        logger.warning("the launcher asks for mixed precision %s; train.precision=%s runs %s", requested, precision,
+                       flag)  # fmt: skip
+    return flag
+
+
+def build_accelerator(tracking: TrackingConfig, run_dir: str | Path, precision: str = "auto") -> Accelerator:
+    """An ``Accelerator`` logging to ``tracking``'s trackers under ``run_dir``, with ``precision``'s autocast, TF32 on
+    GPUs."""
     enable_tf32()
-    precision = cpu_safe_mixed_precision()
-    if precision == "no":
-        logger.warning("mixed precision %s requested on CPU: running in fp32", os.environ["ACCELERATE_MIXED_PRECISION"])
-    return Accelerator(**accelerator_kwargs(tracking, Path(run_dir)), mixed_precision=precision)
+    flag = mixed_precision_for(precision)
+    state = AcceleratorState._shared_state
+    if state and state.get("_mixed_precision", flag) != flag:
+        # note: the pipelines run several jobs in one process and accelerate keeps one state per process; a job
+        # whose precision differs from the previous job's re-creates it (the process group, in PartialState, stays)
+        AcceleratorState._reset_state(reset_partial_state=False)
+    return Accelerator(**accelerator_kwargs(tracking, Path(run_dir)), mixed_precision=flag)
+
+
+def accelerator_precision(accelerator: Accelerator) -> str:
+    """The resolved precision an accelerator computes in: "fp32", "bf16" or "fp16"."""
+    return "fp32" if accelerator.mixed_precision == "no" else accelerator.mixed_precision
+
+
+def use_fast_attention(model: torch.nn.Module, accelerator: Accelerator) -> str:
+    """Sets the attention kernel of every transformers model in ``model`` for the accelerator's device and
+    precision (``realm.core.precision.attention_implementation``), and logs both; returns the kernel."""
+    resolved = accelerator_precision(accelerator)
+    kernel = set_attention(model, accelerator.device.type, resolved)
+    logger.info("precision %s on %s (%s attention)",
+                "fp32" if resolved == "fp32" else f"{resolved} autocast, fp32 weights", accelerator.device.type,
+                kernel)  # fmt: skip
+    return kernel

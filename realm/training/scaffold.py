@@ -23,8 +23,10 @@ from accelerate import Accelerator
 from realm.core.config import save_config
 from realm.core.errors import RunError
 from realm.core.logging import MetricsLogger, cut_log, set_num_threads
+from realm.core.precision import check_precision
 from realm.run.layout import CONFIG_FILE, METRICS_FILE, checkpoints_dir
 from realm.run.publication import clean_staging, replace_published
+from realm.training.accelerator import use_fast_attention
 from realm.training.checkpoint import load_checkpoint, load_rank_tensors, resolve_resume, save_checkpoint
 from realm.training.optim import OptimConfig, build_optimizer
 
@@ -53,6 +55,10 @@ class LoopConfig:
     """``auto``: newest complete checkpoint in run_dir if any; ``never``; or a checkpoint folder."""
     num_threads: int = 0
     """Intra-op threads (0: torch's default)."""
+    precision: str = "auto"
+    """``fp32``, ``bf16`` (autocast over fp32 master weights and optimizer state), ``fp16`` (GPUs only) or ``auto``:
+    bf16 where the device computes it natively (a GPU with bf16, a CPU with AMX or AVX-512 BF16), else fp32
+    (``realm.core.precision``). Decides over the launcher's ``--mixed_precision``."""
 
     MIN_STEPS: ClassVar[int] = 0
     """The fewest ``max_steps`` a job accepts (a job that must take a step sets 1)."""
@@ -68,6 +74,7 @@ class LoopConfig:
             raise ValueError(f"stop_at_step must be >= 0, got {self.stop_at_step}")
         if not self.run_dir:
             raise ValueError("run_dir must be set")
+        check_precision(self.precision)
 
     @property
     def last_step(self) -> int:
@@ -139,6 +146,7 @@ class TrainingLoop:
         # note: the scheduler is not prepared: accelerate's wrapper steps it once per process per call (it assumes a
         # schedule counted in per-process batches), which runs warm-up and decay N times too fast with N processes
         model, optimizer = accelerator.prepare(model, optimizer)
+        use_fast_attention(model, accelerator)
         return cls(accelerator, loop, optim, model, optimizer, scheduler, config)
 
     def resume(self) -> dict[str, Any]:

@@ -45,7 +45,7 @@ def export(run: tuple[Path, Path, Path], step: int) -> Retriever:
 def test_builder_publishes_exact_embeddings_and_builds_only_the_newest_export(run):
     run_dir, blocks_path, tokenizer_path = run
     retriever = export(run, 10)
-    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=7)) == 1
+    assert run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, batch_size=7, precision="fp32")) == 1
     published = versions.load_index_version(live_index.current_index_version(run_dir))
     export_manifest = publication.read_manifest(layout.retriever_dir(run_dir) / "step-00000010")
     blocks = datasets.load_from_disk(str(blocks_path))

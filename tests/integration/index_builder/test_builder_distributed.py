@@ -63,6 +63,7 @@ def _builder_args(run_dir: Path, *extra: str) -> list[str]:
         "--run_dir",
         str(run_dir),
         "--once=true",
+        "--precision=fp32",  # note: the embeddings are compared with an fp32 forward in this process, to 1e-5
         "--enable_distributed=true",
         "--collective_timeout_s=60",
         *extra,
@@ -108,7 +109,8 @@ def test_two_process_builder_publishes_what_the_one_process_builder_does(tmp_pat
     export_tiny(alone, 5, blocks, tokenizer)  # same seed, same weights
     threads = torch.get_num_threads()
     try:
-        assert run_builder(IndexBuilderConfig(run_dir=str(alone), once=True, batch_size=7, num_threads=1)) == 1
+        assert run_builder(IndexBuilderConfig(run_dir=str(alone), once=True, batch_size=7, num_threads=1,
+                                           precision="fp32")) == 1
     finally:
         torch.set_num_threads(threads)
 

@@ -50,6 +50,7 @@ def test_two_processes_with_accumulation_step_like_one_process_with_the_whole_ba
         f"--train.max_steps={STEPS}",
         "--train.log_interval=1",
         "--train.save_interval=100",
+        "--train.precision=fp32",  # note: equal to 1e-5 in fp32; bf16 rounds a split batch differently
         "--refresh.refresh_interval=1000",  # only the initial export: both runs search index v0 throughout
         f"--data.tokenizer={tiny_world['tokenizer']}",
         f"--data.blocks={tiny_world['blocks']}",

@@ -12,7 +12,7 @@ import torch
 from accelerate.commands.config.config_args import ClusterConfig, load_config_from_file
 from accelerate.utils import DistributedType
 
-from realm.training.accelerator import cpu_safe_mixed_precision
+from realm.training.accelerator import mixed_precision_for
 from tests.helpers import ROOT
 
 LAUNCH = ROOT / "launch"
@@ -133,19 +133,24 @@ def test_pretrain_sh_multi_node_starts_the_builder_on_node_0_only(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "requested, use_cpu, gpu, expected",
+    "requested, use_cpu, gpu, precision, expected",
     [
-        ("bf16", "", False, "no"),  # asked for on a CPU-only machine: fp32
-        ("fp16", "true", True, "no"),  # GPUs present, but the launcher put this process on CPU
-        ("bf16", "", True, None),  # on a GPU the launcher's choice stands
-        (None, "", False, None),
+        ("bf16", "", False, "fp32", "no"),  # the launcher asks for bf16, the config for fp32: the config decides
+        ("fp16", "true", True, "auto", "bf16"),  # GPUs present, but the launcher put this process on a bf16 CPU
+        ("bf16", "", True, "auto", "bf16"),  # a GPU with bf16: auto keeps the launcher's bf16
+        ("no", "", True, "bf16", "bf16"),
+        (None, "", False, "auto", "bf16"),
     ],
 )
-def test_processes_on_cpu_run_in_fp32_whatever_the_launcher_asks(monkeypatch, requested, use_cpu, gpu, expected):
+def test_the_config_precision_decides_over_the_launcher(monkeypatch, requested, use_cpu, gpu, precision, expected):
+    from realm.core import precision as precision_module
+
     for name, value in (("ACCELERATE_MIXED_PRECISION", requested), ("ACCELERATE_USE_CPU", use_cpu)):
         if value:
             monkeypatch.setenv(name, value)
         else:
             monkeypatch.delenv(name, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
-    assert cpu_safe_mixed_precision() == expected
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    monkeypatch.setattr(precision_module, "cpu_flags", lambda: frozenset({"avx512f", "avx512_bf16"}))
+    assert mixed_precision_for(precision) == expected

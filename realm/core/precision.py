@@ -1,0 +1,97 @@
+"""One precision setting for every job (``train.precision``, the builder's ``precision``): what it means on the
+device a process runs on, and what follows from it.
+
+``fp32`` computes in float32. ``bf16`` trains with fp32 master weights and optimizer state under bf16 autocast
+(losses upcast to fp32, ``realm.pretrain.loss``), and runs no-grad work (the builder's embedding) on bf16 weights.
+``auto`` is bf16 where the device computes it natively: a CUDA GPU with bf16 (Ampere and later), or a CPU whose
+cores have a bf16 dot-product instruction (``amx_bf16`` or ``avx512_bf16`` in ``/proc/cpuinfo``); fp32 elsewhere,
+where bf16 would be emulated and slower. ``fp16`` is for GPUs without bf16 (autocast with loss scaling).
+
+A run records the precision it was asked for in its ``config.yaml``, and logs what it resolved to.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from pathlib import Path
+
+import torch
+from torch import nn
+
+logger = logging.getLogger(__name__)
+
+PRECISIONS = ("fp32", "bf16", "fp16", "auto")
+"""What a config may ask for."""
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+"""The dtype of each resolved precision (weights and activations of no-grad work, autocast's in training)."""
+NATIVE_BF16_CPU_FLAGS = ("amx_bf16", "avx512_bf16")
+"""CPU flags under which oneDNN runs bf16 matmuls on bf16 hardware (AMX tiles, or AVX-512 BF16 dot products)."""
+CPUINFO = Path("/proc/cpuinfo")
+
+
+def check_precision(precision: str, name: str = "precision", allow_empty: bool = False) -> None:
+    """Raises ``ValueError`` unless ``precision`` is one of ``PRECISIONS`` (or empty, where that is allowed)."""
+    if precision in PRECISIONS or (allow_empty and not precision):
+        return
+    choices = f"{'empty or ' if allow_empty else ''}one of {list(PRECISIONS)}"
+    raise ValueError(f"{name} must be {choices}, got {precision!r}")
+
+
+@functools.cache
+def cpu_flags() -> frozenset[str]:
+    """The flags of the first processor in ``/proc/cpuinfo`` (empty where there is none: not Linux)."""
+    try:
+        text = CPUINFO.read_text()
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key.strip() == "flags":
+            return frozenset(value.split())
+    return frozenset()
+
+
+def native_bf16(device_type: str) -> bool:
+    """Whether ``device_type`` ("cpu" or "cuda") computes bf16 matmuls in hardware."""
+    if device_type == "cuda":
+        return torch.cuda.is_available() and torch.cuda.is_bf16_supported(including_emulation=False)
+    return bool(cpu_flags() & set(NATIVE_BF16_CPU_FLAGS))
+
+
+def resolve_precision(precision: str, device_type: str) -> str:
+    """``fp32``, ``bf16`` or ``fp16``: ``auto`` made concrete for ``device_type`` (the module docstring says how).
+    fp16 on a CPU is refused (``ValueError``): CPU autocast has no loss scaling and no fast fp16 kernels."""
+    check_precision(precision)
+    if precision == "auto":
+        return "bf16" if native_bf16(device_type) else "fp32"
+    if precision == "fp16" and device_type != "cuda":
+        raise ValueError("precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+    return precision
+
+
+def mixed_precision_flag(resolved: str) -> str:
+    """accelerate's ``mixed_precision`` for a resolved precision ("no", "bf16", "fp16")."""
+    return "no" if resolved == "fp32" else resolved
+
+
+def attention_implementation(device_type: str, resolved: str) -> str:
+    """The transformers attention kernel that is fastest for this device and precision.
+
+    Measured on the 2-core AVX-512 BF16 machines (torch 2.13, MiniLM shape, ``bench/step.py``): under bf16 on CPU,
+    the matmul ("eager") attention runs the REALM step 1.26x faster than ``sdpa``, whose CPU flash-attention
+    backward does not use the bf16 units; in fp32 ``sdpa`` is 1.24x faster than eager. GPUs keep ``sdpa``."""
+    return "eager" if device_type == "cpu" and resolved != "fp32" else "sdpa"
+
+
+def set_attention(model: nn.Module, device_type: str, resolved: str) -> str:
+    """Sets ``attention_implementation`` on every transformers model inside ``model`` (every tower of a
+    ``RealmModel``, a reader, a causal LM); returns it. Weights and results are unchanged (the kernels compute the
+    same attention), only the speed."""
+    from transformers import PreTrainedModel  # note: lazily, so that importing realm.core stays light
+
+    implementation = attention_implementation(device_type, resolved)
+    for module in model.modules():
+        if isinstance(module, PreTrainedModel) and module.config._attn_implementation != implementation:
+            module.set_attn_implementation(implementation)
+    return implementation
