@@ -9,7 +9,8 @@
 #                      default single_node_gpus when GPUs are visible, else single_cpu)
 #   NUM_PROCESSES      trainer processes in all (default: the YAML's on CPU; one per TRAINER_GPUS entry times
 #                      NUM_MACHINES on GPUs)
-#   MIXED_PRECISION    no | bf16 | fp16, overrides the YAML (CPU processes always train in fp32)
+#   MIXED_PRECISION    no | bf16 | fp16, overrides the YAML; a job's train.precision decides over both unless
+#                      it is auto (the default), which takes an explicit bf16 or fp16 here (fp16: GPUs only)
 #   MAIN_PROCESS_PORT  rendezvous port (default 29500); OMP_NUM_THREADS: threads per process
 # GPU topologies: the trainer takes GPUs 0..N-2 (one process each) and the index builder, a separate process, the
 # last one; the trainer's child builder is turned off (refresh.spawn_builder=false). The builder exits by itself once

@@ -50,7 +50,7 @@ from realm.trainer.builder_process import ChildBuilder, tracking_args
 from realm.trainer.candidate_prefetch import CandidatePipeline
 from realm.trainer.index_sync import IndexSync, RunTotals
 from realm.trainer.index_watcher import IndexWatcher
-from realm.training.accelerator import build_accelerator
+from realm.training.accelerator import accelerator_precision, build_accelerator
 from realm.training.optim import retriever_lr
 from realm.training.sampler import check_fills_batch
 from realm.training.scaffold import TrainingLoop, iterate, removed_if_setup_fails, start_job
@@ -108,8 +108,10 @@ class Trainer:
         self.watcher = IndexWatcher(
             self.run_dir, cfg.refresh.poll_interval_s, corpus_fingerprint=blocks_fingerprint(self.store.blocks)
         )
-        # note: the child builder embeds in the trainer's precision unless the refresh config names its own
-        refresh = replace(cfg.refresh, builder_precision=cfg.refresh.builder_precision or cfg.train.precision)
+        # note: the child builder embeds in the precision the trainer resolved to, unless the refresh config names its
+        # own: a run is then in one precision, as its config says (the index chooses the candidates it trains on)
+        refresh = replace(cfg.refresh, builder_precision=cfg.refresh.builder_precision
+                          or accelerator_precision(self.accelerator))  # fmt: skip
         self.builder = ChildBuilder(
             refresh, self.run_dir, tracking_args(cfg.tracking, self.run_dir), self.num_processes
         ) if cfg.refresh.spawn_builder and self.accelerator.is_main_process else None  # fmt: skip

@@ -1,10 +1,11 @@
 """The ``Accelerator`` every training and evaluation entry point builds: the config's trackers and its precision.
 
-Precision is the job's ``train.precision`` (``realm.core.precision``): ``auto`` is bf16 autocast where the device
-computes bf16 natively (a GPU with bf16, a CPU with AMX or AVX-512 BF16) and fp32 elsewhere; fp32 master weights and
-optimizer state either way. The config decides, not the launcher: a launcher that asks for another precision
-(``accelerate launch --mixed_precision``, the YAMLs of ``launch/accelerate``) is overridden, with a warning, so that
-the run's ``config.yaml`` says what it ran in.
+Precision is the job's ``train.precision`` (``realm.core.precision``): ``auto`` is bf16 autocast on a GPU with bf16
+and fp32 elsewhere, CPUs included (bf16 training on a CPU is asked for with ``bf16``); fp32 master weights and
+optimizer state either way. ``realm evaluate`` resolves as training does, so that it reproduces the fine-tuning's own
+evaluation. An explicit precision in the config decides over the launcher (``accelerate launch
+--mixed_precision``, the YAMLs of ``launch/accelerate``), with a warning, so that the run's ``config.yaml`` says what
+it ran in; ``auto`` takes a launcher's explicit bf16 or fp16 (how a GPU before Ampere gets fp16).
 """
 
 from __future__ import annotations
@@ -42,11 +43,17 @@ def enable_tf32() -> bool:
 
 
 def mixed_precision_for(precision: str) -> str:
-    """accelerate's ``mixed_precision`` for a job's ``train.precision`` on this process's device; warns when the
-    launcher asked for something else."""
-    flag = mixed_precision_flag(resolve_precision(precision, process_device_type()))
+    """accelerate's ``mixed_precision`` for a job's ``train.precision`` on this process's device.
+
+    An explicit ``fp32``/``bf16``/``fp16`` decides. ``auto`` takes the launcher's explicit bf16 or fp16 where the
+    device can run it (``MIXED_PRECISION=fp16`` for GPUs before Ampere), else resolves by the device. Warns when the
+    launcher asked for something else than what runs."""
+    device = process_device_type()
     requested = os.environ.get("ACCELERATE_MIXED_PRECISION", "")
-    if requested and requested != flag:
+    launcher_choice = requested in ("bf16", "fp16") and not (requested == "fp16" and device != "cuda")
+    flag = requested if precision == "auto" and launcher_choice else mixed_precision_flag(
+        resolve_precision(precision, device, training=True))  # fmt: skip
+    if requested not in ("", "no") and requested != flag:  # note: "no" is what a launcher says when nobody chose
         logger.warning("the launcher asks for mixed precision %s; train.precision=%s runs %s", requested, precision,
                        flag)  # fmt: skip
     return flag

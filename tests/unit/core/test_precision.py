@@ -21,9 +21,10 @@ TINY = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=1, num_attent
     "flags, expected",
     [({"avx512f", "avx512_bf16"}, "bf16"), ({"amx_bf16", "amx_tile"}, "bf16"), ({"avx512f"}, "fp32"), (set(), "fp32")],
 )
-def test_auto_is_bf16_only_on_cpus_with_native_bf16(monkeypatch, flags, expected):
+def test_auto_is_bf16_on_cpus_with_native_bf16_for_no_grad_work_only(monkeypatch, flags, expected):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags))
-    assert precision.resolve_precision("auto", "cpu") == expected
+    assert precision.resolve_precision("auto", "cpu") == expected  # no-grad work: the builder's embedding
+    assert precision.resolve_precision("auto", "cpu", training=True) == "fp32"  # parity not shown: docs/precision.md
     assert precision.resolve_precision("fp32", "cpu") == "fp32" and precision.resolve_precision("bf16", "cpu") == "bf16"
 
 
@@ -31,6 +32,7 @@ def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: not including_emulation)
     assert precision.resolve_precision("auto", "cuda") == "bf16"
+    assert precision.resolve_precision("auto", "cuda", training=True) == "bf16"
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
     assert precision.resolve_precision("auto", "cuda") == "fp32"
     assert precision.resolve_precision("fp16", "cuda") == "fp16"
@@ -102,3 +104,31 @@ def test_a_bf16_job_trains_under_autocast_with_fp32_weights_and_optimizer_state(
     assert build_accelerator(TrackingConfig(), tmp_path, "fp32").mixed_precision == "no"
     use_fast_attention(loop.model, build_accelerator(TrackingConfig(), tmp_path, "fp32"))
     assert loop.model.config._attn_implementation == "sdpa"
+
+
+def test_every_training_job_records_its_precision_in_its_config(tmp_path):
+    from realm.core.config import load_config, save_config, to_dict
+    from realm.finetune.train import FinetuneConfig
+    from realm.pretrain.config import PretrainConfig
+    from realm.warmstart.ict_train import ICTConfig
+    from realm.warmstart.warmup import WarmupConfig
+
+    for cls in (PretrainConfig, FinetuneConfig, ICTConfig, WarmupConfig):
+        assert to_dict(cls())["train"]["precision"] == "auto", cls
+    cfg = load_config(PretrainConfig, overrides=["--train.precision=bf16"])
+    save_config(cfg, tmp_path / "config.yaml")
+    assert load_config(PretrainConfig, tmp_path / "config.yaml").train.precision == "bf16"
+
+
+def test_the_pipelines_give_every_stage_their_precision(tmp_path):
+    from realm.pipeline.demo import DemoConfig, finetune_config, pretrain_config
+    from realm.pipeline.warm_start import stage_config
+    from realm.warmstart.ict_train import ICTConfig
+
+    cfg = DemoConfig(out=str(tmp_path), precision="fp32")
+    paths = {name: tmp_path / name for name in ("tokenizer", "blocks", "pretrain", "heldout", "questions_train",
+                                                "questions_heldout")}  # fmt: skip
+    assert pretrain_config(cfg, paths).train.precision == "fp32"
+    assert finetune_config(cfg, paths).train.precision == "fp32"
+    ict = stage_config(ICTConfig, cfg.warm_start.ict_config, tmp_path / "ict", 0, {}, 1, {}, "bf16")
+    assert ict.train.precision == "bf16"

@@ -136,10 +136,14 @@ def test_pretrain_sh_multi_node_starts_the_builder_on_node_0_only(tmp_path):
     "requested, use_cpu, gpu, precision, expected",
     [
         ("bf16", "", False, "fp32", "no"),  # the launcher asks for bf16, the config for fp32: the config decides
-        ("fp16", "true", True, "auto", "bf16"),  # GPUs present, but the launcher put this process on a bf16 CPU
+        ("fp16", "true", True, "auto", "no"),  # GPUs present, but the launcher put this process on CPU: fp32 training
+        ("bf16", "true", True, "auto", "bf16"),  # an explicit bf16 from the launcher runs on a bf16 CPU too
+        ("fp16", "", True, "auto", "fp16"),  # auto takes the launcher's explicit fp16 on a GPU (before Ampere)
+        ("bf16", "", True, "fp32", "no"),
         ("bf16", "", True, "auto", "bf16"),  # a GPU with bf16: auto keeps the launcher's bf16
         ("no", "", True, "bf16", "bf16"),
-        (None, "", False, "auto", "bf16"),
+        (None, "", False, "auto", "no"),  # CPU training under auto stays fp32 (docs/precision.md)
+        (None, "", False, "bf16", "bf16"),
     ],
 )
 def test_the_config_precision_decides_over_the_launcher(monkeypatch, requested, use_cpu, gpu, precision, expected):
