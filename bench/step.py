@@ -68,7 +68,7 @@ def precisions(args: argparse.Namespace) -> list[str]:
 
 def build_steps(args: argparse.Namespace, c, device: torch.device, precision: str) -> dict[str, object]:
     """The REALM step(s) and both baselines in ``precision``, each model with the attention kernel the jobs give it
-    there (``realm.core.precision.set_attention``), labelled ``"row [precision]"``."""
+    there and at this length (``realm.core.precision.set_attention``), labelled ``"row [precision]"``."""
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     steps: dict[str, object] = {"REALM step": RealmStep(args, c, device, autocast)}
     if args.prefetch:
@@ -76,7 +76,7 @@ def build_steps(args: argparse.Namespace, c, device: torch.device, precision: st
     steps["BERT MLM, reader seqs"] = MlmStep(c, device, autocast, ("reader",))
     steps["BERT MLM, all seqs"] = MlmStep(c, device, autocast, ("reader", "doc", "query"))
     for step in steps.values():
-        set_attention(step.model if hasattr(step, "model") else step.mlm, device.type, precision)
+        set_attention(step.model if hasattr(step, "model") else step.mlm, device.type, precision, reader_length(args))
     return {f"{label} [{precision}]": step for label, step in steps.items()}
 
 
@@ -181,7 +181,8 @@ def format_table(result: dict) -> str:
         f"matmul peak ({name} mm {a['peak_size']}^3): {value / 1e9:,.1f} GFLOP/s"
         for name, value in result["peak_flops"].items()
     ]
-    header = f"{'ms/step':>9}{'steps/s':>9}{'tokens/s':>10}{'GFLOP/s':>9}{'MFU fp32':>9}{'MFU bf16':>9}{'REALM/this':>12}"
+    header = (f"{'ms/step':>9}{'steps/s':>9}{'tokens/s':>10}{'GFLOP/s':>9}{'MFU fp32':>9}{'MFU bf16':>9}"
+              f"{'REALM/this':>12}")  # fmt: skip
     lines.append(f"\n{'':35}{header}")
     for label, row in result["rows"].items():
         line = f"{label if 'mfu_fp32_peak' in row else '  ' + label.split(' / ')[-1]:35}{row['ms']:9.1f}"

@@ -132,7 +132,8 @@ class Finetuner:
             self.index.path,
             cfg.retrieval.candidates,
         )
-        self.loop = TrainingLoop.prepare(self.accelerator, cfg.train, cfg.optim, start.model, cfg)
+        self.loop = TrainingLoop.prepare(self.accelerator, cfg.train, cfg.optim, start.model, cfg,
+                                         max(cfg.reader.max_sequence_length, start.max_block_length))  # fmt: skip
         self.model = self.loop.model
         self.evaluations: list[tuple[int, dict[str, float]]] = []
         """(step, dev metrics) of each evaluation so far, on the main process."""

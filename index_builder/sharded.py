@@ -94,7 +94,7 @@ def _embed_own_shard(
     logging.getLogger("transformers.distributed.tensor_parallel").setLevel(logging.ERROR)
 
     def compute() -> dict[str, Any]:
-        embedder = load_doc_embedder(export_path, device, precision)
+        embedder = load_doc_embedder(export_path, device, precision, export["max_block_length"])
         blocks = datasets.load_from_disk(export["blocks"])
         special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
         key = shard_keys(blocks, export, embedder.projection.out_features, group.world_size)[group.rank]

@@ -19,6 +19,7 @@ from typing import Any
 
 from realm.core.atomic import write_text_atomic
 from realm.core.config import load_config
+from realm.core.precision import check_precision
 from realm.finetune.train import FinetuneConfig
 from realm.models.bert import ModelConfig
 from realm.pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
@@ -65,6 +66,9 @@ class DemoConfig:
     precision: str = "auto"
     """``train.precision`` of every stage (``realm.core.precision``): warm-up, ICT, pre-training and its child
     builder, evaluation, QA."""
+
+    def __post_init__(self) -> None:
+        check_precision(self.precision)
 
 
 def make_data(cfg: DemoConfig) -> dict[str, Path]:

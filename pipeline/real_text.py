@@ -22,6 +22,7 @@ from typing import Any
 from realm.core.atomic import write_text_atomic
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
+from realm.core.precision import check_precision
 from realm.data.blocks import build_blocks_from_config, load_blocks
 from realm.data.cloze_sets import ClozeSets, choose_heldout_docs, write_cloze_sets
 from realm.data.corpus import CorpusConfig, read_documents
@@ -93,6 +94,7 @@ class RealTextConfig:
     ``warm_start`` after ICT, ``pretrain`` after pre-training and its evaluation, ``qa`` runs everything."""
 
     def __post_init__(self) -> None:
+        check_precision(self.precision)
         if self.heldout_docs < 1:
             raise ValueError(f"heldout_docs must be at least 1, got {self.heldout_docs}")
         if self.stop_after not in STAGES:

@@ -21,6 +21,7 @@ from typing import Any
 
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
+from realm.core.precision import check_precision
 from realm.data.blocks import build_blocks_from_config, load_blocks
 from realm.data.copy_corpus import frequent_words, write_copy_corpus
 from realm.data.corpus import CorpusConfig
@@ -81,6 +82,7 @@ class WarmStartConfig:
     """``train.precision`` of every warm-start stage (``realm.core.precision``); the pipelines set their own."""
 
     def __post_init__(self) -> None:
+        check_precision(self.precision)
         if self.copy_curriculum and self.warmup_steps == 0:
             raise ValueError("copy_curriculum needs the reader warm-up after it (warmup_steps is 0)")
         for name in ("warmup_steps", "ict_steps"):

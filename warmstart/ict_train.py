@@ -119,7 +119,8 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
         if cfg.model.init_from
         else Retriever.from_config(bert_config, cfg.retriever)
     )
-    loop = TrainingLoop.prepare(accelerator, cfg.train, cfg.optim, retriever, cfg)
+    longest = max(cfg.retriever.max_query_length, cfg.retriever.max_block_length)
+    loop = TrainingLoop.prepare(accelerator, cfg.train, cfg.optim, retriever, cfg, longest)
     model = loop.model
     loop.resume()
     sampler = StepBatchSampler(

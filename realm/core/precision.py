@@ -80,22 +80,29 @@ def mixed_precision_flag(resolved: str) -> str:
     return "no" if resolved == "fp32" else resolved
 
 
-def attention_implementation(device_type: str, resolved: str) -> str:
-    """The transformers attention kernel that is fastest for this device and precision.
-
-    Measured on the 2-core AVX-512 BF16 machines (torch 2.13, MiniLM shape, ``bench/step.py``): under bf16 on CPU,
-    the matmul ("eager") attention runs the REALM step 1.26x faster than ``sdpa``, whose CPU flash-attention
-    backward does not use the bf16 units; in fp32 ``sdpa`` is 1.24x faster than eager. GPUs keep ``sdpa``."""
-    return "eager" if device_type == "cpu" and resolved != "fp32" else "sdpa"
+EAGER_MAX_LENGTH = 160
+"""Up to this many wordpieces a sequence, the matmul ("eager") attention beats ``sdpa`` under bf16 on CPU."""
 
 
-def set_attention(model: nn.Module, device_type: str, resolved: str) -> str:
+def attention_implementation(device_type: str, resolved: str, max_length: int = 0) -> str:
+    """The transformers attention kernel that is fastest for this device, precision and longest sequence.
+
+    Measured on the 2-core AVX-512 BF16 machines (torch 2.13, MiniLM shape, the REALM step of ``bench/step.py``,
+    reader sequences of query + block): under bf16 on CPU the matmul ("eager") attention is 1.26x faster than
+    ``sdpa`` at 136 wordpieces (``sdpa``'s CPU flash-attention backward does not reach the bf16 units there), level at
+    174, and 1.24x slower at 206 and 1.54x at 300, where eager's [L, L] score matrices dominate; so eager up to
+    ``EAGER_MAX_LENGTH`` (0: length unknown, ``sdpa``). In fp32 ``sdpa`` is faster at every length; GPUs keep it."""
+    short = 0 < max_length <= EAGER_MAX_LENGTH
+    return "eager" if device_type == "cpu" and resolved != "fp32" and short else "sdpa"
+
+
+def set_attention(model: nn.Module, device_type: str, resolved: str, max_length: int = 0) -> str:
     """Sets ``attention_implementation`` on every transformers model inside ``model`` (every tower of a
-    ``RealmModel``, a reader, a causal LM); returns it. Weights and results are unchanged (the kernels compute the
-    same attention), only the speed."""
+    ``RealmModel``, a reader, a causal LM) for sequences of up to ``max_length`` wordpieces; returns it. Weights and
+    results are unchanged (the kernels compute the same attention), only the speed."""
     from transformers import PreTrainedModel  # note: lazily, so that importing realm.core stays light
 
-    implementation = attention_implementation(device_type, resolved)
+    implementation = attention_implementation(device_type, resolved, max_length)
     for module in model.modules():
         if isinstance(module, PreTrainedModel) and module.config._attn_implementation != implementation:
             module.set_attn_implementation(implementation)

@@ -32,17 +32,17 @@ from realm.run.live_index import activate, activate_if_built, remove_older_expor
 
 logger = logging.getLogger(__name__)
 
-def load_doc_embedder(export_path: Path, device: str, precision: str = "auto") -> Embedder:
+def load_doc_embedder(export_path: Path, device: str, precision: str = "auto", max_length: int = 0) -> Embedder:
     """The export's document embedder on ``device``, its weights cast to ``precision`` (resolved for the device:
     ``realm.core.precision``) for inference, with the attention kernel fastest there; an export whose weights do not
-    match its manifest's checksum is refused (``RunError``)."""
+    match its manifest's checksum is refused (``RunError``). ``max_length``: the longest block, for the kernel."""
     # note: casting the weights (rather than autocasting an fp32 model) is what half-precision inference wants: no
     # per-op casts, half the weight traffic. The index only chooses candidates; the trainer re-scores them live.
     device_type = torch.device(device).type
     resolved = resolve_precision(precision, device_type)
     layout.check_export(export_path)
     embedder = Retriever.from_pretrained(export_path).doc_embedder.to(device=device, dtype=DTYPES[resolved])
-    set_attention(embedder, device_type, resolved)
+    set_attention(embedder, device_type, resolved, max_length)
     return embedder
 
 
@@ -147,7 +147,7 @@ def build_index_version(
     if built is not None:
         return built
 
-    embedder = load_doc_embedder(export_path, device, precision)
+    embedder = load_doc_embedder(export_path, device, precision, export["max_block_length"])
     blocks = datasets.load_from_disk(export["blocks"])
     special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
 

@@ -77,11 +77,12 @@ def accelerator_precision(accelerator: Accelerator) -> str:
     return "fp32" if accelerator.mixed_precision == "no" else accelerator.mixed_precision
 
 
-def use_fast_attention(model: torch.nn.Module, accelerator: Accelerator) -> str:
+def use_fast_attention(model: torch.nn.Module, accelerator: Accelerator, max_length: int = 0) -> str:
     """Sets the attention kernel of every transformers model in ``model`` for the accelerator's device and
-    precision (``realm.core.precision.attention_implementation``), and logs both; returns the kernel."""
+    precision and sequences of up to ``max_length`` wordpieces (``realm.core.precision.attention_implementation``),
+    and logs both; returns the kernel."""
     resolved = accelerator_precision(accelerator)
-    kernel = set_attention(model, accelerator.device.type, resolved)
+    kernel = set_attention(model, accelerator.device.type, resolved, max_length)
     logger.info("precision %s on %s (%s attention)",
                 "fp32" if resolved == "fp32" else f"{resolved} autocast, fp32 weights", accelerator.device.type,
                 kernel)  # fmt: skip

@@ -57,8 +57,9 @@ class LoopConfig:
     """Intra-op threads (0: torch's default)."""
     precision: str = "auto"
     """``fp32``, ``bf16`` (autocast over fp32 master weights and optimizer state), ``fp16`` (GPUs only) or ``auto``:
-    bf16 where the device computes it natively (a GPU with bf16, a CPU with AMX or AVX-512 BF16), else fp32
-    (``realm.core.precision``). Decides over the launcher's ``--mixed_precision``."""
+    bf16 on a GPU with bf16, fp32 elsewhere, CPUs included (bf16 training on a CPU with AMX or AVX-512 BF16 is asked
+    for with ``bf16``: docs/precision.md); ``realm.core.precision``. Decides over the launcher's ``--mixed_precision``
+    (``auto`` takes its explicit bf16 or fp16)."""
 
     MIN_STEPS: ClassVar[int] = 0
     """The fewest ``max_steps`` a job accepts (a job that must take a step sets 1)."""
@@ -136,8 +137,9 @@ class TrainingLoop:
 
     @classmethod
     def prepare(cls, accelerator: Accelerator, loop: LoopConfig, optim: OptimConfig, model: torch.nn.Module,
-                config: Any) -> "TrainingLoop":  # fmt: skip
-        """The loop for ``model``: its optimizer and schedule (over ``loop.max_steps``), prepared with accelerate."""
+                config: Any, max_length: int = 0) -> "TrainingLoop":  # fmt: skip
+        """The loop for ``model``: its optimizer and schedule (over ``loop.max_steps``), prepared with accelerate, and
+        the attention kernel for its precision and longest sequence (``max_length`` wordpieces; 0: unknown)."""
         # note: transformers' from_pretrained returns a model in eval mode and a model built from a config is in train
         # mode, so without this dropout would depend on how the start was loaded (it did: QA rows from a BERT folder
         # trained without it, the row from a pre-training run with it); evaluations restore the mode they found
@@ -146,7 +148,7 @@ class TrainingLoop:
         # note: the scheduler is not prepared: accelerate's wrapper steps it once per process per call (it assumes a
         # schedule counted in per-process batches), which runs warm-up and decay N times too fast with N processes
         model, optimizer = accelerator.prepare(model, optimizer)
-        use_fast_attention(model, accelerator)
+        use_fast_attention(model, accelerator, max_length)
         return cls(accelerator, loop, optim, model, optimizer, scheduler, config)
 
     def resume(self) -> dict[str, Any]:

@@ -62,10 +62,12 @@ def test_unknown_precisions_and_fp16_on_cpu_are_refused(bad):
         precision.resolve_precision("fp16", "cpu")
 
 
-def test_attention_kernel_is_eager_for_bf16_on_cpu_and_sdpa_elsewhere():
-    assert precision.attention_implementation("cpu", "bf16") == "eager"
-    assert precision.attention_implementation("cpu", "fp32") == "sdpa"
-    assert precision.attention_implementation("cuda", "bf16") == "sdpa"
+def test_attention_kernel_is_eager_for_short_bf16_sequences_on_cpu_and_sdpa_elsewhere():
+    assert precision.attention_implementation("cpu", "bf16", 128) == "eager"
+    assert precision.attention_implementation("cpu", "bf16", precision.EAGER_MAX_LENGTH + 1) == "sdpa"
+    assert precision.attention_implementation("cpu", "bf16", 0) == "sdpa"  # length unknown
+    assert precision.attention_implementation("cpu", "fp32", 128) == "sdpa"
+    assert precision.attention_implementation("cuda", "bf16", 128) == "sdpa"
 
 
 def test_set_attention_reaches_every_tower_and_leaves_the_outputs_unchanged():
@@ -74,7 +76,7 @@ def test_set_attention_reaches_every_tower_and_leaves_the_outputs_unchanged():
     ids, mask = torch.randint(5, 64, (3, 7)), torch.ones(3, 7, dtype=torch.long)
     mask[0, 4:] = 0
     before = model.retriever.embed_queries(ids, mask)
-    assert precision.set_attention(model, "cpu", "bf16") == "eager"
+    assert precision.set_attention(model, "cpu", "bf16", 64) == "eager"
     towers = [model.retriever.query_embedder, model.retriever.doc_embedder, model.encoder.mlm]
     assert [t.config._attn_implementation for t in towers] == ["eager"] * 3
     torch.testing.assert_close(model.retriever.embed_queries(ids, mask), before, rtol=1e-5, atol=1e-6)
@@ -88,7 +90,7 @@ def test_a_bf16_job_trains_under_autocast_with_fp32_weights_and_optimizer_state(
     torch.manual_seed(0)
     model = RealmModel.from_config(TINY, RetrieverConfig(embed_dim=8)).retriever.query_embedder
     loop = TrainingLoop.prepare(accelerator, LoopConfig(run_dir=str(tmp_path), max_steps=2), OptimConfig(lr=1e-3),
-                                model, {})  # fmt: skip
+                                model, {}, max_length=6)  # fmt: skip
     assert loop.model.config._attn_implementation == "eager"  # the job's model got the kernel of its precision
     ids, mask = torch.randint(5, 64, (4, 6)), torch.ones(4, 6, dtype=torch.long)
     seen = []
@@ -102,7 +104,7 @@ def test_a_bf16_job_trains_under_autocast_with_fp32_weights_and_optimizer_state(
     assert states and all(v.dtype == torch.float32 for v in states)
     # the next job of the same process may run another precision (the pipelines run every stage in one process)
     assert build_accelerator(TrackingConfig(), tmp_path, "fp32").mixed_precision == "no"
-    use_fast_attention(loop.model, build_accelerator(TrackingConfig(), tmp_path, "fp32"))
+    use_fast_attention(loop.model, build_accelerator(TrackingConfig(), tmp_path, "fp32"), 6)
     assert loop.model.config._attn_implementation == "sdpa"
 
 
