@@ -21,6 +21,7 @@ from realm.core.atomic import write_text_atomic
 from realm.core.config import from_dict, load_config
 from realm.core.errors import ArgumentError, run_command
 from realm.core.logging import init_logging, set_num_threads
+from realm.core.precision import PRECISIONS
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers, log_wandb_table
 from realm.data.blocks import check_blocks_tokenizer
@@ -92,7 +93,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--regex", action="store_true", help="jsonl task only: answers are regular expressions")
     parser.add_argument("--report_to", default="none", help="none, wandb, tensorboard or all")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
-    parser.add_argument("--precision", default="auto", choices=["fp32", "bf16", "fp16", "auto"],
+    parser.add_argument("--precision", default="auto", choices=PRECISIONS,
                         help="autocast of the evaluation (auto: bf16 where the device computes it natively)")
     return parser.parse_args(argv)
 
@@ -118,7 +119,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     questions = ctx.question_set(task.load(args.data, args.max_questions), max(top_k))
     accelerator = build_accelerator(tracking, out, args.precision)
     init_trackers(accelerator, tracking, out, {"data": args.data, "task": args.task}, job_type="evaluate")
-    use_fast_attention(model, accelerator)
+    use_fast_attention(model, accelerator, ctx.reader.max_sequence_length)
     metrics, records = evaluate_qa(
         model.to(accelerator.device),
         questions,

@@ -90,8 +90,8 @@ class Trainer:
         check_fills_batch(len(self.sentences), self.global_batch_size, cfg.data.sentences)  # before any export or build
 
         model = build_model(cfg, len(self.tokenizer))
-        reader_length = cfg.retriever.max_query_length + cfg.retriever.max_block_length  # the longest sequence
-        self.loop = TrainingLoop.prepare(self.accelerator, cfg.train, cfg.optim, model, cfg, reader_length)
+        self.loop = TrainingLoop.prepare(self.accelerator, cfg.train, cfg.optim, model, cfg,
+                                         cfg.retriever.max_reader_length)  # fmt: skip
         self.model, self.optimizer, self.scheduler = self.loop.model, self.loop.optimizer, self.loop.scheduler
         self.loss_fn = get_loss(cfg.train.loss)
         self.schedule = cfg.refresh.schedule()

@@ -114,8 +114,7 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
         if cfg.model.init_from
         else KnowledgeAugmentedEncoder.from_config(cfg.model.bert_config(len(tokenizer)))
     )
-    reader_length = cfg.retriever.max_query_length + cfg.retriever.max_block_length
-    loop = TrainingLoop.prepare(accelerator, cfg.train, cfg.optim, encoder, cfg, reader_length)
+    loop = TrainingLoop.prepare(accelerator, cfg.train, cfg.optim, encoder, cfg, cfg.retriever.max_reader_length)
     model = loop.model
     loop.resume()
     sampler = StepBatchSampler(

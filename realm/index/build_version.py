@@ -147,6 +147,7 @@ def build_index_version(
     if built is not None:
         return built
 
+    precision = resolve_precision(precision, torch.device(device).type)  # note: once; the manifest records it
     embedder = load_doc_embedder(export_path, device, precision, export["max_block_length"])
     blocks = datasets.load_from_disk(export["blocks"])
     special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
@@ -159,6 +160,6 @@ def build_index_version(
             embedder, blocks, special, export["max_block_length"], batch_size, out, device, should_stop=should_stop
         )
         out.flush()
-        return {"embed_precision": resolve_precision(precision, torch.device(device).type)}
+        return {"embed_precision": precision}
 
     return publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, embed)

@@ -83,6 +83,12 @@ class RetrieverConfig:
         """Real documents per query (the null document takes the remaining slot)."""
         return self.num_candidates - 1
 
+    @property
+    def max_reader_length(self) -> int:
+        """The longest reader sequence, ``[CLS] query [SEP] body [SEP]`` for a whole query and block: the bound of
+        ``realm.data.packing.reader_length`` (what the attention kernel is chosen for)."""
+        return self.max_query_length + self.max_block_length
+
 
 class Embedder(LoadsInTrainingDtype, BertPreTrainedModel):
     """BERT whose [CLS] (or mean) vector is projected to ``config.embed_dim`` (and L2-normalised for the ``cosine``

@@ -36,8 +36,8 @@ class RefreshConfig:
     because ``--refresh.builder_devices=7`` parses as one; it is stored as a string.)"""
     builder_precision: str = ""
     """Embedding precision of the child builder ("fp32", "bf16", "fp16", "auto"); empty: the precision the
-    trainer's ``train.precision`` resolved to. On GPUs bf16 roughly doubles the refresh rate, on AVX-512 BF16 CPUs it is 1.5-2x
-    (``realm.index_builder.watch.IndexBuilderConfig.precision``)."""
+    trainer's ``train.precision`` resolved to. bf16 roughly doubles the refresh rate on GPUs, 1.4-1.8x on AVX-512
+    BF16 CPUs (docs/performance.md; ``realm.index_builder.watch.IndexBuilderConfig.precision``)."""
     swap_lag: int = -1
     """-1: swap in each index version as soon as every process has loaded it (the fastest; which step a version goes
     live at then depends on how fast the builder runs, so two runs of one seed differ). ``k >= 0``: reproducible

@@ -63,6 +63,10 @@ def test_unknown_precisions_and_fp16_on_cpu_are_refused(bad):
 
 
 def test_attention_kernel_is_eager_for_short_bf16_sequences_on_cpu_and_sdpa_elsewhere():
+    demo, paper = RetrieverConfig(max_query_length=16, max_block_length=96), RetrieverConfig()  # 96 + 288
+    assert (demo.max_reader_length, paper.max_reader_length) == (112, 384)
+    assert precision.attention_implementation("cpu", "bf16", demo.max_reader_length) == "eager"
+    assert precision.attention_implementation("cpu", "bf16", paper.max_reader_length) == "sdpa"
     assert precision.attention_implementation("cpu", "bf16", 128) == "eager"
     assert precision.attention_implementation("cpu", "bf16", precision.EAGER_MAX_LENGTH + 1) == "sdpa"
     assert precision.attention_implementation("cpu", "bf16", 0) == "sdpa"  # length unknown
