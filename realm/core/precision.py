@@ -22,6 +22,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from realm.core.errors import ConfigError
+
 logger = logging.getLogger(__name__)
 
 PRECISIONS = ("fp32", "bf16", "fp16", "auto")
@@ -64,14 +66,14 @@ def native_bf16(device_type: str) -> bool:
 
 def resolve_precision(precision: str, device_type: str, *, training: bool = False) -> str:
     """``fp32``, ``bf16`` or ``fp16``: ``auto`` made concrete for ``device_type`` and for training or no-grad work
-    (the module docstring says how). fp16 on a CPU is refused (``ValueError``): CPU autocast has no loss scaling and
-    no fast fp16 kernels."""
+    (the module docstring says how). fp16 on a CPU is refused (``ConfigError``, one line for the user): CPU autocast
+    has no loss scaling and no fast fp16 kernels."""
     check_precision(precision)
     if precision == "auto":
         cpu_training = training and device_type != "cuda"  # note: not shown to learn as fp32 does (docs/precision.md)
         return "bf16" if native_bf16(device_type) and not cpu_training else "fp32"
     if precision == "fp16" and device_type != "cuda":
-        raise ValueError("precision fp16 needs a CUDA GPU; use bf16 or fp32 on CPU")
+        raise ConfigError("precision fp16 needs a CUDA GPU and this process runs on CPU; use bf16 or fp32")
     return precision
 
 

@@ -6,6 +6,7 @@ import torch
 from transformers import BertConfig
 
 from realm.core import precision
+from realm.core.errors import ConfigError
 from realm.core.tracking import TrackingConfig
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.model import RealmModel
@@ -58,7 +59,7 @@ def test_unknown_precisions_and_fp16_on_cpu_are_refused(bad):
         precision.resolve_precision(bad, "cpu")
     with pytest.raises(ValueError, match="precision"):
         LoopConfig(precision=bad)
-    with pytest.raises(ValueError, match="fp16 needs a CUDA GPU"):
+    with pytest.raises(ConfigError, match="fp16 needs a CUDA GPU"):  # a user error: one line, exit 2
         precision.resolve_precision("fp16", "cpu")
 
 
