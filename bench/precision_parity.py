@@ -1,12 +1,14 @@
-"""Learning parity of bf16 against fp32: the CI-sized demo under both precisions on the same seeds.
+"""Learning parity of bf16 against fp32: the demo under both precisions on the same seeds.
 
 The protocol (rows, seeds, endpoints, decision rule) is in docs/precision.md and was fixed before the runs. Each run is
-``realm demo`` as its own process (``--precision P --seed S`` and the flags of
-``tests/integration/cli/test_demo_learns.py``), one at a time; a run whose ``summary.json`` exists is read, not
-re-run, so an interrupted bench continues where it stopped.
+``realm demo`` as its own process (``--precision P --seed S``), one at a time; ``--scale ci`` (the default) adds the
+flags of ``tests/integration/cli/test_demo_learns.py``, ``--scale demo`` runs the demo at its defaults, as the README's
+command does. A run whose ``summary.json`` exists is read, not re-run, so an interrupted bench continues where it
+stopped.
 
 Run from the repository root, with nothing else on the cores:
-``python bench/precision_parity.py --seeds 0 1 2 3 4 --json runs/parity.json`` (about 4-5 minutes a run on 2 cores).
+``python bench/precision_parity.py --seeds 0 1 2 3 4 --json runs/parity.json`` (about 3 minutes a run on 2 cores);
+``python bench/precision_parity.py --scale demo --seeds 0 1 2 3 4 --json runs/parity-demo.json`` (8-11 minutes a run).
 """
 
 from __future__ import annotations
@@ -23,14 +25,16 @@ from tests.integration.cli.test_demo_learns import COMMAND
 ENDPOINTS = ("heldout_accuracy_retrieval", "gold_recall_at_k_end", "qa_exact_match_end")
 """The decision's endpoints (docs/precision.md); ``wall_seconds`` is reported beside them."""
 PRECISIONS = ("fp32", "bf16")
+SCALES = {"ci": COMMAND, "demo": []}
+"""The flags each scale adds to ``realm demo``: the CI-sized world of the test, or the demo's own defaults."""
 
 
-def run_one(out: Path, seed: int, precision: str, threads: int) -> dict:
+def run_one(out: Path, seed: int, precision: str, threads: int, flags: list[str]) -> dict:
     """The summary of ``realm demo`` at this seed and precision (read from ``out`` if that run finished before)."""
     summary = out / f"{precision}-s{seed}" / "summary.json"
     if not summary.exists():
         argv = ["demo", "--out", str(summary.parent), "--seed", str(seed), "--precision", precision,
-                "--threads", str(threads), *COMMAND]  # fmt: skip
+                "--threads", str(threads), *flags]  # fmt: skip
         run_realm(argv, out / "logs" / f"{precision}-s{seed}.log")
     return json.loads(summary.read_text())
 
@@ -57,7 +61,7 @@ def decide(runs: dict[str, dict[int, dict]]) -> dict[str, dict]:
 
 def format_table(result: dict) -> str:
     seeds = result["seeds"]
-    lines = [f"CI-sized demo, seeds {seeds}; {'':8}" + "".join(f"{'s' + str(s):>8}" for s in seeds)
+    lines = [f"{result['scale']} demo, seeds {seeds};{'':8}" + "".join(f"{'s' + str(s):>8}" for s in seeds)
              + f"{'min':>8}{'median':>8}{'max':>8}"]  # fmt: skip
     for name, v in result["endpoints"].items():
         for precision in PRECISIONS:
@@ -78,17 +82,19 @@ def format_table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
-    p.add_argument("--out", default=str(REPO / "runs" / "parity"))
+    p.add_argument("--scale", choices=sorted(SCALES), default="ci")
+    p.add_argument("--out", default=None, help="default runs/parity (ci) or runs/parity-demo (demo)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default=None)
     args = p.parse_args(argv)
-    out = Path(args.out)
+    out = Path(args.out or REPO / "runs" / ("parity" if args.scale == "ci" else f"parity-{args.scale}"))
     runs: dict[str, dict[int, dict]] = {precision: {} for precision in PRECISIONS}
     for seed in args.seeds:  # note: seed by seed, both precisions back to back, so load drift hits both alike
         for precision in PRECISIONS:
-            runs[precision][seed] = run_one(out, seed, precision, args.threads)
+            runs[precision][seed] = run_one(out, seed, precision, args.threads, SCALES[args.scale])
     endpoints = decide(runs)
     result = {
+        "scale": args.scale,
         "seeds": args.seeds,
         "endpoints": endpoints,
         "wall_seconds": {p: [runs[p][s]["wall_seconds"] for s in args.seeds] for p in PRECISIONS},
