@@ -12,7 +12,10 @@ Measures, in one run on one machine (no time is asserted anywhere):
   FLOPs counted as in ``bench/step.py``), on 1 and 8 devices, at ``--gpu-tflops`` (or, without it, this run's
   measured ``torch.mm`` peak in ``--precision`` on ``--device``) and at the embedding's measured share of this run's
   peak (its MFU). The 8-device figure
-  assumes linear scaling (each rank embeds its own shard; the assembly, FAISS and publish are not included).
+  assumes linear scaling (each rank embeds its own shard; the assembly, FAISS and publish are not included);
+- (d) ``embed_blocks`` with the document tower in each of ``--compare`` (default fp32 and bf16, as the builder casts
+  it, with the attention kernel the builder picks), in alternating rounds on the same blocks: blocks/s, MFU against
+  the same run's fp32 and bf16 ``torch.mm`` peaks, and each precision's speed-up over the first.
 
 Run from the repository root: ``python bench/builder.py`` (about a minute on 2 idle CPU cores), ``--quick`` for a
 smoke run, ``--gpu-tflops 400`` to project for a GPU of that sustained rate, ``--json PATH`` to keep the figures.
@@ -25,6 +28,7 @@ On a GPU, BERT-base in bf16 (MFU against the same run's bf16 matmul peak)::
 from __future__ import annotations
 
 import argparse
+import copy
 import os
 import statistics
 import subprocess
@@ -43,7 +47,7 @@ from transformers import BertConfig, BertTokenizer
 
 from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
-from realm.core.precision import DTYPES
+from realm.core.precision import DTYPES, set_attention
 from realm.index.embedding import block_lengths, embed_blocks, packed_batches
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.run import layout, live_index, publication
@@ -71,6 +75,7 @@ def _parse(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--processes", type=int, nargs="+", default=[1, 2], help="builder process counts to run")
     p.add_argument("--device", default="cpu", help="cpu or cuda (each builder rank takes its local GPU)")
     p.add_argument("--precision", default="fp32", choices=sorted(DTYPES), help="the builder's embedding dtype")
+    p.add_argument("--compare", default="fp32,bf16", help="(d): the embedding precisions timed side by side ('' skips)")
     p.add_argument("--quick", action="store_true", help="a smoke run: small corpus, one round")
     p.add_argument("--json", default=None, help="also write the figures to this path")
     args = p.parse_args(argv)
@@ -188,6 +193,42 @@ def embed_vs_bare(embedder, blocks: datasets.Dataset, special: SpecialIds, args:
     }
 
 
+def embed_by_precision(retriever: Retriever, blocks: datasets.Dataset, special: SpecialIds,
+                       args: argparse.Namespace, device: torch.device) -> dict[str, dict[str, float]]:  # fmt: skip
+    """(d): ``embed_blocks`` with the document tower cast to each precision of ``--compare``, rounds alternating
+    between them (load on shared cores hits each alike); blocks/s, MFU against both peaks, speed-up over the first."""
+    names = [name for name in args.compare.split(",") if name]
+    sub = blocks.select(np.arange(min(args.embed_blocks, len(blocks))))
+    embedders = {}
+    for name in names:
+        embedders[name] = copy.deepcopy(retriever.doc_embedder).to(device=device, dtype=DTYPES[name]).eval()
+        set_attention(embedders[name], device.type, name, args.block_len)
+    out = np.lib.format.open_memmap(
+        Path(tempfile.mkdtemp()) / "e.npy", mode="w+", dtype=np.float32, shape=(len(sub), args.embed_dim)
+    )
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(args.rounds + 1):
+        for name, embedder in embedders.items():
+            t0 = time.perf_counter()
+            embed_blocks(embedder, sub, special, args.block_len, args.batch, out)
+            if round_:  # note: round 0 warms up every precision's kernels
+                seconds[name].append(time.perf_counter() - t0)
+    order = np.argsort(block_lengths(sub, args.block_len), kind="stable")
+    packed = packed_batches(sub, np.arange(len(sub)), order, special, args.block_len, args.batch, pin=False)
+    flops = sum(forward_flops(retriever.doc_embedder.config, *b["input_ids"].shape, args.embed_dim) for _, b in packed)
+    peaks = {name: matmul_peak(DTYPES[name], args.peak_size, device) for name in ("fp32", "bf16")}
+    first = statistics.median(seconds[names[0]]) if names else 0.0
+    return {
+        name: {
+            "blocks_per_s": len(sub) / statistics.median(times),
+            "mfu_fp32_peak": flops / statistics.median(times) / peaks["fp32"],
+            "mfu_bf16_peak": flops / statistics.median(times) / peaks["bf16"],
+            f"speedup_over_{names[0]}": first / statistics.median(times),
+        }
+        for name, times in seconds.items()
+    }
+
+
 def projection(rate: float, utilization: float) -> dict[str, float]:
     """Hours for one full REALM refresh at ``rate`` FLOP/s per device, ideal and at ``utilization`` of it."""
     total = WIKIPEDIA_BLOCKS * forward_flops(BERT_BASE, 1, WIKIPEDIA_LEN, 128)
@@ -223,6 +264,8 @@ def main(argv: list[str] | None = None) -> dict:
     rate = args.gpu_tflops * 1e12 if args.gpu_tflops > 0 else peak
     results.update(peak_flops_per_s=peak, embed_utilization=utilization, projection_rate=rate)
     results["wikipedia"] = projection(rate, utilization)
+    blocks = datasets.load_from_disk(str(blocks_path))
+    results["by_precision"] = embed_by_precision(retriever, blocks, special, args, device)
 
     e, w = results["embed"], results["wikipedia"]
     print(f"corpus: {args.blocks} blocks <= {args.block_len} wordpieces; BERT {args.layers}x{args.hidden}; ", end="")
@@ -252,6 +295,12 @@ def main(argv: list[str] | None = None) -> dict:
         f"{100 * utilization:.0f}%; 8 devices: {w['hours_8dev_ideal']:.2f} h / "
         f"{w['hours_8dev_measured_util']:.2f} h (linear scaling)"
     )
+    for name, r in results["by_precision"].items():
+        print(
+            f"(d) {name}: embed_blocks {r['blocks_per_s']:.0f} blocks/s, MFU {100 * r['mfu_fp32_peak']:.1f}% of the "
+            f"fp32 peak, {100 * r['mfu_bf16_peak']:.1f}% of the bf16 peak; "
+            + ", ".join(f"{k.replace('_', ' ')} {v:.2f}x" for k, v in r.items() if k.startswith("speedup"))
+        )
     write_json(args.json, results)
     return results
 

@@ -10,7 +10,10 @@ Measures, in one run on one machine (no absolute numbers are asserted anywhere):
   batch's search and packing run in a worker thread while this one trains; only its query embedding stays on the
   critical path), its ``REALM/this`` being the speed-up;
 - a plain ``BertForMaskedLM`` of the same shape (head over all positions, + backward + AdamW) over the *same* padded
-  tensors: the B*K reader sequences only, and the reader + document + query sequences (every token the step encodes).
+  tensors: the B*K reader sequences only, and the reader + document + query sequences (every token the step encodes);
+- the QA fine-tuning step (``finetune/train.py``: query tower against frozen block embeddings of ``--qa-beam`` blocks,
+  the span reader over the top ``--candidates``, the marginal loss, backward, clip, AdamW) on random batches of the
+  same shape, its FLOPs those of the BERT layers (the span MLP not counted).
 
 The three steps take turns, step i of each back to back, so load on shared cores hits every row alike; ``REALM/this``
 is the median of the per-step ratios (REALM step time / that row's step time). On cores other jobs are using,
@@ -38,6 +41,7 @@ from flops import matmul_peak, realm_flops
 from timed_steps import (
     MlmStep,
     PrefetchedRealmStep,
+    QaStep,
     RealmStep,
     bert_config,
     reader_length,
@@ -75,6 +79,7 @@ def build_steps(args: argparse.Namespace, c, device: torch.device, precision: st
         steps["REALM step, prefetched"] = PrefetchedRealmStep(args, c, device, autocast)
     steps["BERT MLM, reader seqs"] = MlmStep(c, device, autocast, ("reader",))
     steps["BERT MLM, all seqs"] = MlmStep(c, device, autocast, ("reader", "doc", "query"))
+    steps["QA fine-tuning step"] = QaStep(args, c, device, autocast)
     for step in steps.values():
         set_attention(step.model if hasattr(step, "model") else step.mlm, device.type, precision, reader_length(args))
     return {f"{label} [{precision}]": step for label, step in steps.items()}
@@ -104,7 +109,8 @@ def measure(args: argparse.Namespace) -> dict:
             results = {label: run() for label, run in steps.items() if label.startswith("REALM")}
             seqs = step_seqs(results[f"REALM step [{name}]"][1])
             seqs_shapes = {tower: list(s[0].shape) for tower, s in seqs.items()}
-            measured = {label: run(seqs) for label, run in steps.items() if not label.startswith("REALM")}
+            measured = {label: run(seqs) for label, run in steps.items() if label.startswith("BERT")}
+            measured |= {label: run() for label, run in steps.items() if label.startswith("QA")}
             if step < args.warmup:
                 continue
             for label, (times, batch) in results.items():

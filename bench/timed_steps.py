@@ -1,6 +1,6 @@
 """The steps ``bench/step.py`` times, on random data of its shape flags (the demo shape by default): the REALM step as
-``trainer/pretrain_loop.py`` runs it, with and without ``train.prefetch_candidates``, and a plain ``BertForMaskedLM``
-step over the same padded tensors. ``bench/hf_realm_peer.py`` times the same REALM step against the Hugging Face
+``trainer/pretrain_loop.py`` runs it, with and without ``train.prefetch_candidates``, a plain ``BertForMaskedLM``
+step over the same padded tensors, and the QA fine-tuning step as ``finetune/train.py`` runs it. ``bench/hf_realm_peer.py`` times the same REALM step against the Hugging Face
 classes."""
 
 from __future__ import annotations
@@ -16,12 +16,15 @@ from transformers import BertConfig, BertForMaskedLM
 
 from realm.data.packing import SpecialIds
 from realm.index.mips import BruteForceIndex
-from realm.models.retriever import RetrieverConfig
+from realm.models.reader import SpanReader, reader_config
+from realm.models.retriever import Embedder, RetrieverConfig
 from realm.pretrain.batch import PretrainCollator, RealmBatch
 from realm.pretrain.candidates import retrieve, start_search
 from realm.pretrain.loss import get_loss
 from realm.pretrain.model import RealmModel
 from realm.pretrain.step import train_step
+from realm.qa.batch import QABatch, RetrievedBlocks
+from realm.qa.model import OpenQAModel
 from realm.trainer.candidate_prefetch import CandidatePipeline
 from realm.training.optim import OptimConfig, build_optimizer
 
@@ -52,6 +55,9 @@ def shape_parser(description: str) -> argparse.ArgumentParser:
         ("warmup", 2),
         ("threads", 0),
         ("peak-size", 2048),
+        ("qa-beam", 20),
+        ("qa-span-width", 10),
+        ("qa-span-hidden", 256),
     ]:
         p.add_argument(f"--{name}", type=int, default=default)
     p.add_argument("--bf16", action="store_true", help="torch.autocast bf16 (cuda when present, else cpu)")
@@ -240,3 +246,62 @@ class MlmStep:
         tokens = sum(ids.numel() for ids, _, _ in inputs)  # note: the head runs at every position, padding too
         flops = mlm_head_flops(self.c, tokens) + sum(bert_flops(self.c, *ids.shape) for ids, _, _ in inputs)
         return seconds, flops, tokens
+
+
+class QaStep:
+    """The QA fine-tuning step as ``finetune/train.py`` runs it: the live query tower scored against the frozen
+    embeddings of the ``--qa-beam`` retrieved blocks, the span reader (spans up to ``--qa-span-width``, an MLP of
+    ``--qa-span-hidden``) over the top ``--candidates`` blocks of ``reader_length`` wordpieces, the marginal retriever
+    + reader loss (``realm.qa.loss``), backward, clipping and AdamW. The search and packing run on the host before
+    the step in fine-tuning too (``attach_blocks``), so random tensors of their shapes stand in for them here."""
+
+    def __init__(self, args: argparse.Namespace, c: BertConfig, device: torch.device, autocast: AbstractContextManager):
+        self.args, self.device, self.autocast = args, device, autocast
+        torch.manual_seed(0)
+        embedder_config = BertConfig.from_dict(c.to_dict())
+        embedder_config.embed_dim = args.embed_dim
+        reader = SpanReader(reader_config(c, args.qa_span_hidden))
+        self.model = OpenQAModel(Embedder(embedder_config), reader, args.qa_span_width).to(device)
+        self.optimizer, _ = build_optimizer(self.model, OptimConfig(lr=1e-4, warmup_steps=0), 1)
+        self.generator = torch.Generator().manual_seed(0)
+
+    def _batch(self) -> QABatch:
+        a, g = self.args, self.generator
+        b, r, k, length, width = a.batch, a.qa_beam, a.candidates, reader_length(a), a.qa_span_width
+        ids = torch.randint(5, a.vocab, (b, k, length), generator=g)
+        span_valid = torch.ones(b, k, length, width, dtype=torch.bool)
+        span_valid[:, :, :, 1:] &= torch.arange(length)[:, None] + torch.arange(1, width) < length  # inside the seq
+        # note: about one answer span in every read block, as the demo's questions have
+        span_correct = (torch.rand(b, k, length, width, generator=g) < 1 / (length * width)) & span_valid
+        blocks = RetrievedBlocks(
+            block_ids=torch.arange(b * r).view(b, r),
+            block_valid=torch.ones(b, r, dtype=torch.bool),
+            doc_embeddings=nn.functional.normalize(torch.randn(b, r, a.embed_dim, generator=g), dim=-1),
+            has_answer=torch.rand(b, r, generator=g) < 0.3,
+            reader_input_ids=ids,
+            reader_attention_mask=torch.ones_like(ids),
+            reader_token_type_ids=torch.zeros_like(ids),
+            span_valid=span_valid,
+            span_correct=span_correct,
+        )
+        query = torch.randint(5, a.vocab, (b, a.query_len + 2), generator=g)
+        return QABatch(query, torch.ones_like(query), torch.arange(b), blocks).to(self.device)
+
+    def __call__(self) -> tuple[float, float, int]:
+        """One step on a fresh random batch (built before the clock starts); returns (seconds, FLOPs, tokens)."""
+        batch = self._batch()
+        t0 = device_time(self.device)
+        with self.autocast:
+            out = self.model(batch)
+        out.loss(batch).loss.backward()
+        nn.utils.clip_grad_norm_(self.model.parameters(), 1.0)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        seconds = device_time(self.device) - t0
+        reader_ids, query_ids = batch.blocks.reader_input_ids, batch.query_input_ids
+        c = self.model.reader.config
+        # note: the span MLP (start/end projections at every position, then W spans a position) is not counted,
+        # nor the embedder's projection: MFU here is the BERT layers' share, as for the other rows
+        flops = bert_flops(c, reader_ids.shape[0] * reader_ids.shape[1], reader_ids.shape[2])
+        flops += bert_flops(c, *query_ids.shape)
+        return seconds, flops, reader_ids.numel() + query_ids.numel()
