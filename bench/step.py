@@ -48,6 +48,7 @@ from timed_steps import (
     shape_parser,
     step_seqs,
 )
+from transformers import BertModel
 
 from realm.core.logging import set_num_threads
 from realm.core.precision import set_attention
@@ -81,7 +82,12 @@ def build_steps(args: argparse.Namespace, c, device: torch.device, precision: st
     steps["BERT MLM, all seqs"] = MlmStep(c, device, autocast, ("reader", "doc", "query"))
     steps["QA fine-tuning step"] = QaStep(args, c, device, autocast)
     for step in steps.values():
-        set_attention(step.model if hasattr(step, "model") else step.mlm, device.type, precision, reader_length(args))
+        model = step.model if hasattr(step, "model") else step.mlm
+        set_attention(model, device.type, precision, reader_length(args))
+        if args.compile:
+            for module in model.modules():
+                if isinstance(module, BertModel):
+                    module.compile(dynamic=True)
     return {f"{label} [{precision}]": step for label, step in steps.items()}
 
 

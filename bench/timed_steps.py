@@ -67,6 +67,11 @@ def shape_parser(description: str) -> argparse.ArgumentParser:
         "--prefetch", action="store_true",
         help="also time the step with train.prefetch_candidates (the next batch searched while this one trains)",
     )  # fmt: skip
+    p.add_argument(
+        "--compile", action="store_true",
+        help="bench/step.py: every BERT inside each step through torch.compile (inductor; dynamic shapes, since "
+             "padded lengths change from batch to batch); compilation happens in the --warmup steps",
+    )  # fmt: skip
     p.add_argument("--json", default=None, help="also write the figures to this path")
     return p
 
