@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import re
 import types
 import typing
@@ -113,6 +114,10 @@ def _coerce(value: Any, tp: Any, key: str, origins: _Origins) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        # note: here, so every float of every section is checked once: NaN passes every `x <= 0` check of a
+        # __post_init__ (lr=nan reached torch; max_grad_norm=nan turned clipping off) and inf trains on NaN losses
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: {float(value)!r} is not a finite number")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
