@@ -80,7 +80,9 @@ def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
     cfg = load_config(PretrainConfig, config_file)
 
     try:
-        folder = resolve_resume(run, "auto" if checkpoint is None else checkpoint)
+        # note: the advice is this caller's; the trainer's (--train.resume=never) is an option these commands lack
+        folder = resolve_resume(run, "auto" if checkpoint is None else checkpoint, none_verified=(
+            "pass --checkpoint with an intact copy of one, or train the run again (`realm train`)"))  # fmt: skip
     except FileNotFoundError as err:
         raise RunError(str(err)) from None
     if folder is None:

@@ -104,9 +104,12 @@ def set_aside(path: Path, why: str) -> Path:
     return target
 
 
-def resolve_resume(run_dir: str | Path, resume: str, set_aside_rejected: bool = False) -> Path | None:
+def resolve_resume(run_dir: str | Path, resume: str, set_aside_rejected: bool = False, *,
+                   none_verified: str = "rerun with --train.resume=never to start over") -> Path | None:  # fmt: skip
     """The checkpoint to resume from: for ``auto`` the newest complete one whose files match their checksums (a
     corrupt one is reported and the next older one is used), none for ``never``, or the given folder (verified).
+    ``none_verified`` is the advice of the error when none does: the caller's (what its user can pass), as the
+    inspection commands take no ``--train.resume``.
 
     ``set_aside_rejected`` (the main process, before the others resolve): each checkpoint newer than the one chosen is
     set aside (``set_aside``) as ``.failed-verification`` or, when an older one was asked for, ``.superseded``: the
@@ -130,7 +133,7 @@ def resolve_resume(run_dir: str | Path, resume: str, set_aside_rejected: bool = 
             if published:
                 raise RunError(
                     f"no checkpoint under {checkpoints_dir(run_dir)} passes verification (see the errors above); "
-                    "rerun with --train.resume=never to start over"
+                    f"{none_verified}"
                 )
             return None
     else:
