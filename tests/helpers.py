@@ -48,7 +48,7 @@ def make_run(tmp_path: Path, num_blocks: int, max_body: int = 30) -> tuple[Path,
     words = [f"w{i}" for i in range(40)]
     (tmp_path / "vocab.txt").write_text("\n".join(["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *words]) + "\n")
     tokenizer_path = tmp_path / "tokenizer"
-    BertTokenizer(vocab_file=str(tmp_path / "vocab.txt")).save_pretrained(tokenizer_path)
+    BertTokenizer(vocab=str(tmp_path / "vocab.txt")).save_pretrained(tokenizer_path)
     rng = np.random.default_rng(0)
     blocks = datasets.Dataset.from_dict(
         {

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 import uuid
 from bisect import bisect_left, bisect_right
+from itertools import chain, islice
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
@@ -26,7 +27,7 @@ from transformers import PreTrainedTokenizerBase
 from realm.core.errors import DataFileError, UserError
 from realm.data.corpus import CorpusConfig, CorpusError, CorpusStats, Document, check_unique_ids, read_documents
 from realm.data.sentences import split_sentences
-from realm.data.vocab import tokenizer_fingerprint
+from realm.data.vocab import check_reads_text, tokenizer_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -189,8 +190,12 @@ def build_blocks(
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("build_blocks needs a fast tokenizer (offset mappings)")
     stats = stats if stats is not None else CorpusStats()
+    # note: the first batch is read ahead (and tokenized twice), so a vocabulary of other text stops before any block
+    docs = iter(docs)
+    sample = list(islice(docs, batch_size))
+    check_reads_text(tokenizer, [doc.text for doc in sample], "the corpus")
     generate = functools.partial(
-        _generate_blocks, docs, tokenizer, max_block_length, max_title_length, batch_size, stats
+        _generate_blocks, chain(sample, docs), tokenizer, max_block_length, max_title_length, batch_size, stats
     )
     try:
         # note: a fresh fingerprint, because `docs` may be a one-shot iterator that cannot be hashed; a cache hit
@@ -329,7 +334,7 @@ def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBa
                 stats=stats,
             )
         except ValueError as err:
-            if isinstance(err, DataFileError) or stats.num_documents:
+            if isinstance(err, UserError) or stats.num_documents:
                 raise
             # note: datasets refuses to build an empty table ("corresponds to no data"); say why it is empty
             raise DataFileError(

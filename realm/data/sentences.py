@@ -22,6 +22,7 @@ from transformers import PreTrainedTokenizerBase
 
 from realm.core.errors import DataFileError
 from realm.data.jsonl import iter_jsonl
+from realm.data.vocab import check_reads_text
 
 if TYPE_CHECKING:
     from realm.data.tagging import SpanTagger
@@ -176,6 +177,7 @@ def prepare_sentences(
         raise ValueError("gold answers need both 'answer_start' and 'answer_end' columns")
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("prepare_sentences needs a fast tokenizer (offset mappings)")
+    check_reads_text(tokenizer, records.select(range(min(batch_size, len(records))))["text"], "the sentences")
     prepared = records.map(
         _prepare_batch,
         batched=True,

@@ -12,13 +12,13 @@ import logging
 from collections import Counter
 from itertools import repeat
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Iterable, Iterator, Sequence
 
 from tokenizers import Tokenizer, normalizers, pre_tokenizers, trainers
 from tokenizers.models import WordPiece
 from transformers import AutoTokenizer, BertTokenizerFast, PreTrainedTokenizerBase
 
-from realm.core.errors import InputError, MissingFileError
+from realm.core.errors import InputError, MissingFileError, UserError
 
 logger = logging.getLogger(__name__)
 
@@ -26,6 +26,11 @@ SPECIAL_TOKENS: tuple[str, ...] = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 """BERT's special tokens, in the order that gives [PAD] id 0 (padding masks and embeddings assume it)."""
 CONTINUATION = "##"
 """WordPiece's prefix of a piece that continues a word."""
+
+
+class TokenizerError(UserError, ValueError):
+    """A tokenizer that loads but cannot serve: not fast, a special token missing, a vocabulary of the special tokens
+    alone, or one that reads none of the text it is given. The message names it and what is wrong."""
 
 
 def train_wordpiece(
@@ -111,12 +116,45 @@ def _repeated_words(counts: Counter[str], chunk: int = 4096) -> Iterator[str]:
 
 
 def check_tokenizer(tokenizer: PreTrainedTokenizerBase, name: str = "tokenizer") -> None:
-    """Raises ``ValueError`` unless ``tokenizer`` is fast and has [CLS], [SEP], [PAD] and [MASK] tokens."""
+    """Raises ``TokenizerError`` (a ``ValueError``) unless ``tokenizer`` is fast, has [CLS], [SEP], [PAD] and [MASK]
+    tokens, and a vocabulary beyond them."""
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(f"{name}: a fast tokenizer is required (offset mappings align texts and wordpieces)")
+        raise TokenizerError(f"{name}: a fast tokenizer is required (offset mappings align texts and wordpieces)")
     missing = [role for role in ("cls", "sep", "pad", "mask") if getattr(tokenizer, f"{role}_token_id", None) is None]
     if missing:
-        raise ValueError(f"{name}: tokenizer has no {', '.join(missing)} token(s); REALM's input layouts need them")
+        raise TokenizerError(f"{name}: tokenizer has no {', '.join(missing)} token(s); REALM's input layouts need them")
+    # note: the floor is "one entry that is not a special token", not a size: what transformers loads from a folder
+    # without its vocabulary file is the special tokens alone (a BERT tokenizer of 5 entries that reads every word as
+    # [UNK]), while tiny test models have real vocabularies of 6 to 50 entries. A vocabulary of other text is caught
+    # where text is read (check_reads_text).
+    if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
+        raise TokenizerError(
+            f"{name}: its vocabulary holds its {len(tokenizer)} special tokens alone, so every word would read as "
+            f"{tokenizer.unk_token}"
+        )
+
+
+def check_reads_text(tokenizer: PreTrainedTokenizerBase, texts: Sequence[str], what: str) -> None:
+    """Raises ``TokenizerError`` when ``tokenizer`` cuts ``texts``, a sample of ``what`` it is about to read, into
+    [UNK] alone: a vocabulary of other text (another language or script) would turn all of it into [UNK] blocks or
+    queries without a word. Texts of no wordpieces at all are no evidence either way."""
+    rows = tokenizer(list(texts), add_special_tokens=False, verbose=False)["input_ids"] if texts else []
+    pieces = [piece for row in rows for piece in row]
+    if pieces and all(piece == tokenizer.unk_token_id for piece in pieces):
+        raise TokenizerError(
+            f"tokenizer {tokenizer.name_or_path or '(unnamed)'} reads none of {what}: all {len(pieces)} wordpieces of "
+            f"its first {len(texts)} texts are {tokenizer.unk_token}; use a vocabulary of this text (`realm vocab` "
+            "trains one)"
+        )
+
+
+def _lost_files(folder: Path) -> str:
+    """What a tokenizer folder lacks of what ``realm vocab`` saves, as the tail of an error ("" when nothing).
+    transformers loads such a folder without a word: without ``tokenizer.json`` (and ``vocab.txt``) as a tokenizer of
+    the special tokens alone, without ``tokenizer_config.json`` with no special tokens."""
+    lost = [] if (folder / "tokenizer.json").is_file() or (folder / "vocab.txt").is_file() else ["tokenizer.json"]
+    lost += [] if (folder / "tokenizer_config.json").is_file() else ["tokenizer_config.json"]
+    return "".join(f"; {name} is missing from the folder" for name in lost)
 
 
 def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerBase) -> str:
@@ -149,7 +187,8 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     Raises:
         FileNotFoundError: ``name_or_path`` looks like a local path but does not exist.
         OSError: Nothing could be loaded under that name (offline, or no such model).
-        ValueError: The tokenizer is not fast or lacks one of the special tokens.
+        TokenizerError: The tokenizer fails ``check_tokenizer`` (a ``ValueError``; the message names what a local
+            folder lacks of ``realm vocab``'s files).
     """
     name = str(name_or_path)
     path = Path(name).expanduser()
@@ -159,8 +198,13 @@ def load_tokenizer(name_or_path: str | Path) -> PreTrainedTokenizerBase:
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(path) if local else name)
     except (OSError, ValueError) as err:
+        # note: on one line; transformers' messages run over several
         raise InputError(
-            f"could not load a tokenizer from {name!r} (a local folder, or a hub name when online): {err}"
+            f"could not load a tokenizer from {name!r} (a local folder, or a hub name when online): "
+            + " ".join(str(err).split())
         ) from err
-    check_tokenizer(tokenizer, name)
+    try:
+        check_tokenizer(tokenizer, name)
+    except TokenizerError as err:
+        raise TokenizerError(f"{err}{_lost_files(path) if local else ''}") from None
     return tokenizer

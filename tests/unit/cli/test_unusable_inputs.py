@@ -12,9 +12,11 @@ import pytest
 
 import realm.cli.data  # noqa: F401 - imported at collection, so each test times the command, not the imports
 import realm.cli.inspect  # noqa: F401
+import realm.trainer.pretrain  # noqa: F401
 from realm.cli.main import main
 from realm.core.config import load_config, save_config
 from realm.core.errors import RunError
+from realm.data.vocab import train_wordpiece
 from realm.pretrain.config import PretrainConfig
 from realm.run import layout
 from realm.run.publication import file_entries, new_staging, publish_folder
@@ -65,3 +67,72 @@ def test_no_verified_checkpoint_still_advises_resume_never_to_the_trainer(tmp_pa
     _checkpoint_failing_verification(run)
     with pytest.raises(RunError, match="passes verification .*rerun with --train.resume=never to start over"):
         resolve_resume(run, "auto")
+
+
+# ---------------------------------------------------------------------------------------------- tokenizers
+
+TEXTS = ["Ada Lovelace worked with Charles Babbage.", "The Analytical Engine was a proposed computer."] * 3
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tok") / "tok"
+    train_wordpiece(TEXTS, 80, folder, min_frequency=1)
+    return folder
+
+
+def _blocks_argv(tmp_path: Path, tokenizer: Path) -> list[str]:
+    """``realm blocks`` of a small jsonl corpus into ``tmp_path / "blocks"`` with ``tokenizer``."""
+    corpus = tmp_path / "docs.jsonl"
+    records = [{"id": str(n), "title": "Ada", "text": text} for n, text in enumerate(TEXTS)]
+    corpus.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return ["blocks", "--out", str(tmp_path / "blocks"), "--tokenizer", str(tokenizer), "--input", str(corpus)]
+
+
+@pytest.mark.parametrize("lost", ["tokenizer.json", "tokenizer_config.json"])
+def test_blocks_refuses_a_tokenizer_folder_with_a_file_missing(tmp_path, capsys, trained, lost):
+    """Without tokenizer.json it wrote all-[UNK] blocks; without tokenizer_config.json it printed a traceback."""
+    folder = tmp_path / "tok"
+    shutil.copytree(trained, folder)
+    (folder / lost).unlink()
+    assert main(_blocks_argv(tmp_path, folder)) == 2
+    err = _error_line(capsys)
+    assert err.startswith(f"realm blocks: error: {folder}: ") and f"{lost} is missing" in err
+    assert not (tmp_path / "blocks").exists()
+
+
+def test_blocks_refuses_a_tokenizer_that_reads_none_of_the_corpus(tmp_path, capsys):
+    (tmp_path / "given").mkdir()
+    _, _, words = make_run(tmp_path / "given", 1)  # its vocabulary is w0 ... w39: no word of the corpus
+    capsys.readouterr()
+    assert main(_blocks_argv(tmp_path, words)) == 2
+    err = _error_line(capsys)
+    assert err.startswith(f"realm blocks: error: tokenizer {words} reads none of the corpus: ")
+    assert not (tmp_path / "blocks").exists()
+
+
+def test_inspect_refuses_a_run_whose_tokenizer_lost_its_tokenizer_json(tmp_path, capsys):
+    """It loaded the 5-entry fallback tokenizer; a model of the run's vocabulary then failed to load its weights."""
+    run, _, tokenizer = _saved_run(tmp_path)
+    (tokenizer / "tokenizer.json").unlink()
+    staging = new_staging(layout.checkpoints_dir(run))
+    (staging / "model.safetensors").write_bytes(b"")  # the tokenizer is loaded before the weights are read
+    publish_folder(staging, layout.checkpoints_dir(run) / "step-00000001", {"step": 1})
+    capsys.readouterr()  # (the progress bars of saving the blocks)
+    assert main(["inspect", str(run), "a query"]) == 2
+    err = _error_line(capsys)
+    assert err.startswith(f"realm inspect: error: data.tokenizer of {run / 'config.yaml'} ")
+    assert f"{tokenizer}: " in err and "tokenizer.json is missing" in err
+
+
+def test_train_refuses_a_tokenizer_that_lost_its_tokenizer_json_instead_of_blaming_the_blocks(tmp_path, capsys):
+    """It advised cutting the blocks again, with the same 5-entry tokenizer, which makes all-[UNK] blocks."""
+    run, blocks, tokenizer = _saved_run(tmp_path)
+    (tokenizer / "tokenizer.json").unlink()
+    capsys.readouterr()
+    argv = ["train", "--config", "configs/pretrain/tiny.yaml", f"--train.run_dir={tmp_path / 'new'}",
+            f"--data.tokenizer={tokenizer}", f"--data.blocks={blocks}"]  # fmt: skip
+    assert main(argv) == 2
+    err = _error_line(capsys)
+    assert err.startswith(f"realm train: error: {tokenizer}: ") and "tokenizer.json is missing" in err
+    assert not (tmp_path / "new").exists()
