@@ -25,6 +25,7 @@ import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from realm.core.errors import DataFileError, UserError
+from realm.data.blocks_check import check_token_ids, read_saved_blocks
 from realm.data.corpus import CorpusConfig, CorpusError, CorpusStats, Document, check_unique_ids, read_documents
 from realm.data.sentences import split_sentences
 from realm.data.vocab import check_reads_text, tokenizer_fingerprint
@@ -257,15 +258,19 @@ def save_blocks(
     return path
 
 
-def load_blocks(path: str | Path) -> datasets.Dataset:
-    """Loads blocks saved by ``save_blocks`` (memory-mapped Arrow) and checks their columns."""
+def load_blocks(path: str | Path, tokenizer: PreTrainedTokenizerBase | None = None) -> datasets.Dataset:
+    """Loads blocks saved by ``save_blocks`` (memory-mapped Arrow) and checks that they read whole, their columns and,
+    given the ``tokenizer``, that every wordpiece id is in its vocabulary (``realm.data.blocks_check``)."""
     path = Path(path)
     if not (path / "dataset_info.json").is_file():
         raise FileNotFoundError(f"no saved blocks at {path} (build them with build_blocks_from_config)")
-    blocks = datasets.load_from_disk(str(path))
+    blocks = read_saved_blocks(path)
     missing = [name for name in BLOCK_FEATURES if name not in blocks.column_names]
     if not isinstance(blocks, datasets.Dataset) or missing:
         raise CorpusError(f"{path}: not a block dataset (missing columns {missing})")
+    if tokenizer is not None:
+        vocabulary = f"tokenizer {tokenizer.name_or_path or '(unnamed)'}"
+        check_token_ids(blocks, ("title_ids", "body_ids"), len(tokenizer), str(path), vocabulary)
     return blocks
 
 
@@ -276,7 +281,8 @@ _UNCHECKED_BLOCKS: set[Path] = set()
 def check_blocks_tokenizer(path: str | Path, tokenizer: PreTrainedTokenizerBase) -> None:
     """Raises ``BlocksTokenizerError`` unless the blocks at ``path`` were cut with a tokenizer of the same
     vocabulary and normalization as ``tokenizer`` (``tokenizer_fingerprint``); otherwise their wordpiece ids would
-    silently be read as other words.
+    silently be read as other words. Then loads them once with ``load_blocks(path, tokenizer)``: every id read back
+    must be in the vocabulary (a ``CorpusError`` naming the file otherwise, as for an Arrow file cut short).
 
     Blocks saved before the fingerprint was recorded cannot be checked: a warning, once a folder, and no error.
     """
@@ -301,15 +307,14 @@ def check_blocks_tokenizer(path: str | Path, tokenizer: PreTrainedTokenizerBase)
                 BLOCKS_MANIFEST,
                 name,
             )
-        return
-    actual = tokenizer_fingerprint(tokenizer)
-    if recorded != actual:
+    elif recorded != (actual := tokenizer_fingerprint(tokenizer)):
         raise BlocksTokenizerError(
             f"blocks {path} were cut with tokenizer {manifest.get('tokenizer') or '(unnamed)'} (fingerprint "
             f"{recorded[:12]}), not with {name} (fingerprint {actual[:12]}), so their wordpiece ids would be read as "
             f"other words: cut them again with `realm blocks --tokenizer {name}`, or use the tokenizer they were cut "
             "with"
         )
+    load_blocks(path, tokenizer)
 
 
 def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBase, out_dir: str | Path) -> Path:

@@ -8,6 +8,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import realm.cli.data  # noqa: F401 - imported at collection, so each test times the command, not the imports
@@ -16,7 +17,8 @@ import realm.trainer.pretrain  # noqa: F401
 from realm.cli.main import main
 from realm.core.config import load_config, save_config
 from realm.core.errors import RunError
-from realm.data.vocab import train_wordpiece
+from realm.data.blocks import BLOCKS_MANIFEST, load_blocks
+from realm.data.vocab import load_tokenizer, tokenizer_fingerprint, train_wordpiece
 from realm.pretrain.config import PretrainConfig
 from realm.run import layout
 from realm.run.publication import file_entries, new_staging, publish_folder
@@ -35,9 +37,18 @@ def _saved_run(tmp_path: Path) -> tuple[Path, Path, Path]:
     """(run_dir, blocks, tokenizer): a run directory with its config and tiny blocks, and no checkpoint yet."""
     run, blocks, tokenizer = make_run(tmp_path, 12)
     run.mkdir()
+    manifest = {"tokenizer": str(tokenizer), "tokenizer_fingerprint": tokenizer_fingerprint(load_tokenizer(tokenizer))}
+    (blocks / BLOCKS_MANIFEST).write_text(json.dumps(manifest))  # (blocks without one are warned about)
     overrides = [f"--data.tokenizer={tokenizer}", f"--data.blocks={blocks}"]
     save_config(load_config(PretrainConfig, None, overrides), run / "config.yaml")
     return run, blocks, tokenizer
+
+
+def _unread_checkpoint(run: Path) -> None:
+    """A published checkpoint of empty weights: the tokenizer and blocks are loaded before the weights are read."""
+    staging = new_staging(layout.checkpoints_dir(run))
+    (staging / "model.safetensors").write_bytes(b"")
+    publish_folder(staging, layout.checkpoints_dir(run) / "step-00000001", {"step": 1})
 
 
 def _checkpoint_failing_verification(run: Path) -> Path:
@@ -115,9 +126,7 @@ def test_inspect_refuses_a_run_whose_tokenizer_lost_its_tokenizer_json(tmp_path,
     """It loaded the 5-entry fallback tokenizer; a model of the run's vocabulary then failed to load its weights."""
     run, _, tokenizer = _saved_run(tmp_path)
     (tokenizer / "tokenizer.json").unlink()
-    staging = new_staging(layout.checkpoints_dir(run))
-    (staging / "model.safetensors").write_bytes(b"")  # the tokenizer is loaded before the weights are read
-    publish_folder(staging, layout.checkpoints_dir(run) / "step-00000001", {"step": 1})
+    _unread_checkpoint(run)
     capsys.readouterr()  # (the progress bars of saving the blocks)
     assert main(["inspect", str(run), "a query"]) == 2
     err = _error_line(capsys)
@@ -136,3 +145,45 @@ def test_train_refuses_a_tokenizer_that_lost_its_tokenizer_json_instead_of_blami
     err = _error_line(capsys)
     assert err.startswith(f"realm train: error: {tokenizer}: ") and "tokenizer.json is missing" in err
     assert not (tmp_path / "new").exists()
+
+
+# ---------------------------------------------------------------------------------------------- blocks
+
+ARROW = "data-00000-of-00001.arrow"
+
+
+def _run_argv(command: str, tmp_path: Path, run: Path, blocks: Path, tokenizer: Path) -> list[str]:
+    if command == "inspect":
+        _unread_checkpoint(run)
+        return ["inspect", str(run), "a query"]
+    return ["train", "--config", "configs/pretrain/tiny.yaml", f"--train.run_dir={tmp_path / 'new'}",
+            f"--data.tokenizer={tokenizer}", f"--data.blocks={blocks}"]  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["inspect", "train"])
+def test_a_blocks_arrow_file_cut_short_is_one_line_naming_it(tmp_path, capsys, command):
+    """It was pyarrow's OSError as a traceback."""
+    run, blocks, tokenizer = _saved_run(tmp_path)
+    data = (blocks / ARROW).read_bytes()
+    (blocks / ARROW).write_bytes(data[: len(data) // 2])
+    argv = _run_argv(command, tmp_path, run, blocks, tokenizer)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = _error_line(capsys)
+    assert err.startswith(f"realm {command}: error: {blocks / ARROW}: unreadable (")
+    assert err.endswith("cut them again with `realm blocks`")
+
+
+@pytest.mark.parametrize("command", ["inspect", "train"])
+def test_a_flipped_wordpiece_id_in_the_blocks_is_one_line_naming_its_block(tmp_path, capsys, command):
+    """It was ``IndexError: index out of range in self`` in the embedder, as a traceback."""
+    run, blocks, tokenizer = _saved_run(tmp_path)
+    first = load_blocks(blocks)[5]["body_ids"][:3]
+    data = (blocks / ARROW).read_bytes()
+    at = data.find(np.array(first, dtype="<i4").tobytes())
+    (blocks / ARROW).write_bytes(data[:at] + b"\xff\xff\xff\x7f" + data[at + 4 :])
+    argv = _run_argv(command, tmp_path, run, blocks, tokenizer)
+    capsys.readouterr()
+    assert main(argv) == 2
+    err = _error_line(capsys)
+    assert err.startswith(f"realm {command}: error: {blocks}: block 5 holds wordpiece id 2147483647 in body_ids, ")
