@@ -103,8 +103,9 @@ def pretrain_config(cfg: DemoConfig, paths: dict[str, Path]) -> PretrainConfig:
 
 
 def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig) -> WarmStart:
-    """The reader warm-up and ICT on the demo's data, in the shape of the pre-training encoder ``model``."""
-    data = {"tokenizer": str(paths["tokenizer"]), "blocks": str(paths["blocks"])}
+    """The reader warm-up and ICT on the demo's data, less the held-out entities' articles, in the shape of the
+    pre-training encoder ``model``."""
+    data = {name: str(paths[name]) for name in ("tokenizer", "blocks", "heldout_articles")}
     warm = dataclasses.replace(cfg.warm_start, precision=cfg.precision)
     return warm_start(warm, Path(cfg.out), cfg.seed, data, encoder_shape(model))
 

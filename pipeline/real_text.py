@@ -3,9 +3,9 @@ questions to fine-tune on and QA questions to evaluate on.
 
 corpus -> vocabulary (WordPiece trained on the corpus, or the pretrained folder's own) -> blocks -> cloze sets (X:
 the training articles' sentences; held out: sentences of held-out articles with one salient span each, tagged by
-spaCy by default) -> warm start (copy curriculum from scratch, reader warm-up, ICT) -> REALM pre-training with the
-asynchronous index builder -> held-out span accuracy with retrieval and closed book -> QA fine-tuning -> exact match
-on the dev questions.
+spaCy by default) -> warm start (copy curriculum from scratch, reader warm-up and ICT, both skipping the held-out
+articles) -> REALM pre-training with the asynchronous index builder -> held-out span accuracy with retrieval and
+closed book -> QA fine-tuning -> exact match on the dev questions.
 Writes ``OUT/summary.json``. ``realm real-text`` and ``bench/real_open_qa.py`` call ``run_real_text``.
 """
 
@@ -24,7 +24,8 @@ from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.core.precision import check_precision
 from realm.data.blocks import build_blocks_from_config, load_blocks
-from realm.data.cloze_sets import ClozeSets, choose_heldout_docs, write_cloze_sets
+from realm.data.articles import article_keys
+from realm.data.cloze_sets import ClozeSets, choose_heldout_articles, write_cloze_sets
 from realm.data.corpus import CorpusConfig, read_documents
 from realm.data.tagging import TaggingConfig, build_tagger
 from realm.data.vocab import train_wordpiece
@@ -66,7 +67,8 @@ class RealTextConfig:
     """The knowledge corpus; its ``max_block_length`` is replaced by the pre-training retriever's."""
     qa: QAFiles = field(default_factory=QAFiles)
     heldout_docs: int = 300
-    """Articles whose sentences are held out of pre-training (and are the held-out cloze set)."""
+    """Articles (``realm.data.articles``: the blocks sharing a title) whose sentences no training stage reads, neither
+    the warm start nor pre-training, and are the held-out cloze set."""
     max_heldout_sentences: int = 1000
     """A seeded sample of the held-out articles' sentences (0: all)."""
     vocab_size: int = 16000
@@ -114,7 +116,7 @@ def prepare_data(cfg: RealTextConfig, max_block_length: int) -> tuple[dict[str, 
     blocks_dir = build_blocks_from_config(corpus, tokenizer, out / "blocks")
     blocks = load_blocks(blocks_dir)
     doc_ids = set(blocks["doc_id"])
-    heldout = choose_heldout_docs(doc_ids, cfg.heldout_docs, cfg.seed)
+    heldout = choose_heldout_articles(article_keys(blocks), cfg.heldout_docs, cfg.seed)
     sets = write_cloze_sets(blocks, out / "cloze", heldout, build_tagger(cfg.tagging), cfg.seed,
                             cfg.max_heldout_sentences)  # fmt: skip
     counts = {"num_blocks": len(blocks), "num_documents": len(doc_ids), "vocab_size": len(tokenizer),
@@ -160,7 +162,8 @@ def run_real_text(cfg: RealTextConfig) -> dict[str, Any]:
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     sections = {**cfg.warm_start.stage_overrides, "retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging)}
     warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections, precision=cfg.precision)
-    seconds |= warm_start(warm, out, cfg.seed, data, encoder_shape(pretrain.model)).seconds
+    warm_data = {**data, "heldout_articles": str(sets.heldout_articles)}
+    seconds |= warm_start(warm, out, cfg.seed, warm_data, encoder_shape(pretrain.model)).seconds
     if cfg.stop_after == "warm_start":
         return _finish(out, summary, t_start)
 

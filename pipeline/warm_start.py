@@ -116,7 +116,8 @@ def encoder_shape(model: ModelConfig) -> dict[str, Any]:
 
 def stage_config(cls: type, path: str, out: Path, seed: int, data: dict[str, str], steps: int | None,
                  sections: dict[str, Any], precision: str = "auto"):  # fmt: skip
-    """The config of one warm-start stage writing to ``out`` on ``data`` (``tokenizer``, ``blocks``)."""
+    """The config of one warm-start stage writing to ``out`` on ``data`` (``tokenizer``, ``blocks``, and optionally
+    ``heldout_articles``: ``realm.data.articles.TrainingBlocksInput``)."""
     train = {"run_dir": str(out), "seed": seed, "precision": precision, **({"max_steps": steps} if steps else {})}
     return load_config(cls, path, {**sections, "train": train, "data": data})
 
@@ -159,9 +160,11 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
     """The copy curriculum (if any) into ``out/copy``, the reader warm-up (unless ``cfg.warmup_steps == 0``) into
     ``out/warmup``, then ICT into ``out/ict``.
 
-    ``model`` is the stages' ``model`` section (``encoder_shape``). ICT starts from the warmed-up encoder when the
-    encoder started from scratch (measured on the demo world: ICT recall@4 0.674 from it, 0.623 from a random BERT),
-    and from the pretrained folder itself otherwise, whose encoder weights are what a sentence embedder was trained as.
+    ``data`` is the stages' ``data`` section; its ``heldout_articles`` (the pipeline's held-out list) reach the reader
+    warm-up and ICT, not the copy stages, whose blocks are random words. ``model`` is the stages' ``model`` section
+    (``encoder_shape``). ICT starts from the warmed-up encoder when the encoder started from scratch (measured on the
+    demo world: ICT recall@4 0.674 from it, 0.623 from a random BERT), and from the pretrained folder itself
+    otherwise, whose encoder weights are what a sentence embedder was trained as.
     """
     seconds: dict[str, float] = {}
     sections = cfg.stage_overrides

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import datasets
+import numpy as np
 import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
@@ -25,7 +26,8 @@ from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
 from realm.core.tracking import TrackingConfig
-from realm.data.blocks import BlocksInput, check_blocks_tokenizer, load_blocks
+from realm.data.articles import TrainingBlocksInput, heldout_blocks
+from realm.data.blocks import check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.sentences import split_sentences
 from realm.models.bert import ModelConfig
@@ -75,16 +77,19 @@ class ICTTaskConfig:
 @dataclass(kw_only=True, slots=True)
 class ICTConfig:
     train: ICTLoopConfig = field(default_factory=ICTLoopConfig)
-    data: BlocksInput = field(default_factory=BlocksInput)
+    data: TrainingBlocksInput = field(default_factory=TrainingBlocksInput)
     ict: ICTTaskConfig = field(default_factory=ICTTaskConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
 
 
-def ict_examples(blocks: datasets.Dataset, tokenizer) -> datasets.Dataset:
-    """Blocks split into tokenised sentences; blocks with fewer than two sentences cannot pose a cloze and are
+def ict_examples(blocks: datasets.Dataset, tokenizer, heldout: np.ndarray | None = None) -> datasets.Dataset:
+    """Blocks split into tokenised sentences, but for the ``heldout`` ones ([N] bool,
+    ``realm.data.articles.heldout_blocks``); blocks with fewer than two sentences cannot pose a cloze and are
     dropped (the count is logged)."""
+    if heldout is not None:
+        blocks = blocks.select(np.flatnonzero(~heldout))
 
     def split(batch: dict) -> dict:
         sentences = [[text[a:b] for a, b in split_sentences(text)] for text in batch["text"]]
@@ -112,7 +117,8 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
     check_blocks_tokenizer(cfg.data.blocks, tokenizer)
     special = SpecialIds.of(tokenizer)
-    rows = ict_examples(load_blocks(cfg.data.blocks), tokenizer)
+    corpus = load_blocks(cfg.data.blocks)
+    rows = ict_examples(corpus, tokenizer, heldout_blocks(corpus, cfg.data.heldout_articles, "ICT"))
     bert_config = cfg.model.bert_config(len(tokenizer))
     retriever = (
         Retriever.from_bert(cfg.model.init_from, cfg.retriever)

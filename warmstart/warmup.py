@@ -24,7 +24,8 @@ from realm.core.config import config_from_command_line
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, progress
 from realm.core.tracking import TrackingConfig
-from realm.data.blocks import BlocksInput, BlockStore, check_blocks_tokenizer, load_blocks
+from realm.data.articles import TrainingBlocksInput, heldout_blocks
+from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.tagging import TaggingConfig, build_tagger
 from realm.models.bert import ModelConfig
@@ -82,8 +83,8 @@ class WarmupTask:
 @dataclass(kw_only=True, slots=True)
 class WarmupConfig:
     train: WarmupLoopConfig = field(default_factory=WarmupLoopConfig)
-    data: BlocksInput = field(default_factory=BlocksInput)
-    """The knowledge corpus blocks (and, with ``task.sentences``, the tokenizer only)."""
+    data: TrainingBlocksInput = field(default_factory=TrainingBlocksInput)
+    """The knowledge corpus blocks (and, with ``task.sentences``, the tokenizer only), less its held-out articles."""
     task: WarmupTask = field(default_factory=WarmupTask)
     model: ModelConfig = field(default_factory=ModelConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
@@ -108,7 +109,9 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
             cache = out_dir / "data"
             rows = prepared_sentences(cfg.task.sentences, tokenizer, None, cfg.retriever.max_query_length, cache)
         else:
-            rows = prepare_block_sentences(blocks, tokenizer, build_tagger(cfg.tagging), cfg.retriever.max_query_length)
+            heldout = heldout_blocks(blocks, cfg.data.heldout_articles, "reader warm-up")
+            rows = prepare_block_sentences(blocks, tokenizer, build_tagger(cfg.tagging), cfg.retriever.max_query_length,
+                                           heldout)  # fmt: skip
     encoder = (
         KnowledgeAugmentedEncoder.from_pretrained(cfg.model.init_from)
         if cfg.model.init_from

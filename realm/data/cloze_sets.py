@@ -3,9 +3,12 @@
 On real text there are no generated facts: the pre-training sentences X are the sentences of the corpus's own blocks
 (REALM pre-trains on Wikipedia and retrieves from it), each carrying its block's uid so that the trainer never
 retrieves a sentence's own block (REALM's trivial-retrieval filter). The held-out set measures what retrieval adds:
-the sentences of articles whose sentences are never trained on, each with one salient span chosen as the gold answer;
-their blocks stay in the corpus, but each sentence's own block is still excluded, so a correct prediction needs
-another block that states the fact (or the encoder's memory, which the closed-book figure measures).
+the sentences of held-out articles (``realm.data.articles``: the blocks sharing a title, so DPR's passages of one
+article are held out together), each with one salient span chosen as the gold answer. No training stage before the
+evaluation reads their sentences: X leaves them out, and the reader warm-up and ICT skip the articles listed in
+``heldout_articles.txt``. Their blocks stay in the corpus, but the evaluation never retrieves a block of the
+sentence's own article, so a correct prediction needs another article that states the fact (or the encoder's memory,
+which the closed-book figure measures).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Collection, Iterable, Iterator
 
 import datasets
 
+from realm.data.articles import HELDOUT_ARTICLES_FILE, article_key, write_article_list
 from realm.data.sentences import split_sentences
 from realm.data.tagging import SpanTagger
 
@@ -37,22 +41,24 @@ class ClozeSets:
     heldout: Path
     """jsonl ``{"text", "source_uid", "answer_start", "answer_end", "title", "label"}``: sentences of the held-out
     articles, with the character range of the one salient span to predict. The article's title is not written as
-    ``entity`` (which the evaluation reads as the gold article for recall): the sentence's own block is excluded, and
-    most articles here are one block."""
+    ``entity`` (which the evaluation reads as the gold article for recall): the sentence's own article is never
+    retrieved."""
     num_pretrain: int
     num_heldout: int
     num_heldout_without_span: int
     """Held-out sentences left out because the tagger found no salient span in them."""
     num_short: int
     """Sentences of fewer than ``MIN_WORDS`` words, left out of both files."""
+    heldout_articles: Path | None = None
+    """Every held-out article's key, one a line (``realm.data.articles``): what the warm-start jobs skip."""
 
 
-def choose_heldout_docs(doc_ids: Iterable[str], count: int, seed: int) -> set[str]:
-    """``count`` distinct document ids chosen by a seeded shuffle of the sorted ids (the same for the same corpus,
-    whatever the order the ids come in)."""
-    ids = sorted(set(doc_ids))
+def choose_heldout_articles(keys: Iterable[str], count: int, seed: int) -> set[str]:
+    """``count`` distinct article keys (``realm.data.articles.article_keys``) chosen by a seeded shuffle of the sorted
+    keys (the same for the same corpus, whatever the order the keys come in)."""
+    ids = sorted(set(keys))
     if not 0 <= count < len(ids):
-        raise ValueError(f"cannot hold out {count} of {len(ids)} documents (at least one must remain for training)")
+        raise ValueError(f"cannot hold out {count} of {len(ids)} articles (at least one must remain for training)")
     random.Random(seed).shuffle(ids)
     return set(ids[:count])
 
@@ -69,11 +75,11 @@ def _sentences(blocks: datasets.Dataset, batch_size: int = 4096) -> Iterator[tup
 
 
 def write_cloze_sets(
-    blocks: datasets.Dataset, out_dir: str | Path, heldout_docs: set[str], tagger: SpanTagger, seed: int,
+    blocks: datasets.Dataset, out_dir: str | Path, heldout_articles: set[str], tagger: SpanTagger, seed: int,
     max_heldout: int = 0,
 ) -> ClozeSets:
-    """Writes ``pretrain.jsonl`` and ``heldout.jsonl`` into ``out_dir`` from the saved ``blocks`` (columns
-    ``doc_id``, ``title``, ``text``, ``uid``).
+    """Writes ``pretrain.jsonl``, ``heldout.jsonl`` and the list of ``heldout_articles`` (article keys) into
+    ``out_dir`` from the saved ``blocks`` (columns ``doc_id``, ``title``, ``text``, ``uid``).
 
     Only the held-out sentences are tagged here (the trainer tags X itself, with its own tagger config, and caches
     the result); each keeps one of its salient spans, chosen with a generator seeded by ``seed`` and the sentence's
@@ -90,7 +96,7 @@ def write_cloze_sets(
         for block, sentence in _sentences(blocks):
             if len(sentence.split()) < MIN_WORDS:
                 short += 1
-            elif block["doc_id"] in heldout_docs:
+            elif article_key(block["title"], block["doc_id"]) in heldout_articles:
                 heldout_rows.append((block, sentence))
             else:
                 handle.write(json.dumps({"text": sentence, "source_uid": block["uid"]}, ensure_ascii=False) + "\n")
@@ -106,15 +112,16 @@ def write_cloze_sets(
         start, end, label = random.Random(f"{seed}:{position}").choice(found)
         heldout.append({"text": sentence, "source_uid": block["uid"], "answer_start": start, "answer_end": end,
                         "title": block["title"], "label": label})  # fmt: skip
-    sets = ClozeSets(pretrain_path, out / "heldout.jsonl", num_pretrain, len(heldout), untagged, short)
+    sets = ClozeSets(pretrain_path, out / "heldout.jsonl", num_pretrain, len(heldout), untagged, short,
+                     write_article_list(out / HELDOUT_ARTICLES_FILE, heldout_articles))  # fmt: skip
     with sets.heldout.open("w", encoding="utf-8") as handle:
         handle.writelines(json.dumps(record, ensure_ascii=False) + "\n" for record in heldout)
     logger.info(
         "cloze sets: %d pre-training sentences, %d held-out (%d held-out sentences without a salient span and %d "
         "sentences under %d words left out)", sets.num_pretrain, sets.num_heldout, untagged, short, MIN_WORDS,
     )  # fmt: skip
-    if not heldout and heldout_docs:
-        raise ValueError(f"the {len(heldout_docs)} held-out documents gave no sentence with a salient span")
+    if not heldout and heldout_articles:
+        raise ValueError(f"the {len(heldout_articles)} held-out articles gave no sentence with a salient span")
     return sets
 
 

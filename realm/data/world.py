@@ -5,8 +5,9 @@ names). The knowledge corpus Z states each fact once, in an encyclopaedic articl
 facts of the training entities again in *different* wordings, one fact per short sentence, with the fact's character
 offsets so that salient-span masking can hide it. The facts of held-out entities never appear in X: a model can only
 predict them (``heldout.jsonl``) or answer questions about them (``questions.jsonl``) by retrieving their article,
-which is what a REALM retriever must learn. Everything is drawn from ``random.Random(seed)``, so one seed always gives
-byte-identical files.
+which is what a REALM retriever must learn; the warm start never reads those articles (``heldout_articles.txt``),
+though retrieval may. Everything is drawn from ``random.Random(seed)``, so one seed always gives byte-identical
+files.
 
 Names are built from syllables and never equal a word of the templates nor one of the rule tagger's stop words, so
 ``realm.data.tagging.RuleTagger`` finds every fact value exactly (a unit test holds both modules to that). Changing that
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.atomic import write_text_atomic
+from realm.data.articles import HELDOUT_ARTICLES_FILE, write_article_list
 from realm.data.sentences import split_sentences
 from realm.data.tagging import CONNECTORS, STOPWORDS
 from realm.data.world_templates import (
@@ -336,7 +338,8 @@ def generate_world(cfg: WorldConfig) -> World:
 
 def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
     """Writes ``corpus``, ``pretrain``, ``heldout``, ``entities``, ``questions`` and ``z_facts`` ``.jsonl`` (plus the
-    QA splits ``questions_train`` and ``questions_heldout``) and ``world.json``.
+    QA splits ``questions_train`` and ``questions_heldout``), ``heldout_articles.txt`` (the titles of the held-out
+    entities' articles, which the reader warm-up and ICT skip: ``realm.data.articles``) and ``world.json``.
 
     Each file is written to a temporary name and renamed, so an interrupted write never leaves a truncated file.
 
@@ -354,6 +357,10 @@ def write_world(world: World, out_dir: str | Path) -> dict[str, Path]:
         paths[name] = out_dir / f"{name}.jsonl"
         chosen = [q for q in world.questions if q["heldout"] == heldout]
         write_text_atomic(paths[name], "".join(json.dumps(q, ensure_ascii=False) + "\n" for q in chosen))
+    titles = {doc["id"]: doc["title"] for doc in world.corpus}
+    paths["heldout_articles"] = write_article_list(
+        out_dir / HELDOUT_ARTICLES_FILE, (titles[e["doc_id"]] for e in world.entities if e["heldout"])
+    )
     kinds = [e["kind"] for e in world.entities]
     meta = {
         "config": asdict(world.config),

@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 SCORES = ("inner_product", "cosine")
 INIT_PROJECTIONS = ("random", "identity")
+EXCLUDE_SOURCES = ("block", "article")
 RETRIEVER_SHAPE_DEFAULTS = {"embed_dim": 128, "pooling": "cls", "score": "inner_product", "score_scale": 1.0}
 """What an embedder's saved config records of its ``RetrieverConfig`` (with the value an older save implies)."""
 
@@ -42,7 +43,13 @@ class RetrieverConfig:
     num_candidates: int = 8
     """Slots per query handed to the encoder: the null document in slot 0 plus ``num_candidates - 1`` retrieved."""
     num_extra_retrieved: int = 4
-    """Over-retrieval so the slots stay full after the source-document filter drops trivial candidates."""
+    """Over-retrieval so the slots stay full after the source filter (``exclude_source``) drops trivial candidates;
+    a query whose source article has more blocks among its results than this gets fewer (empty slots are masked)."""
+    exclude_source: str = "block"
+    """What a pre-training query may not retrieve of where its sentence came from (its ``source_uid``): ``block``,
+    that block (REALM's trivial-retrieval filter, as the paper and its code drop it), or ``article``, every block of
+    that block's article (``realm.data.articles``: the blocks sharing its title, DPR's passages of one article
+    included). Held-out evaluation always drops the article, whatever this says."""
     pooling: str = "cls"
     """``cls`` (REALM: the [CLS] vector) or ``mean`` (masked mean over wordpieces) before the projection, or
     ``model``: the pooling ``model.init_from`` was trained with (``realm.models.pretrained.model_pooling``: mean for
@@ -67,6 +74,8 @@ class RetrieverConfig:
             raise ValueError(f"num_candidates must be >= 2 (null document + one retrieved), got {self.num_candidates}")
         if self.num_extra_retrieved < 0:
             raise ValueError(f"num_extra_retrieved must be >= 0, got {self.num_extra_retrieved}")
+        if self.exclude_source not in EXCLUDE_SOURCES:
+            raise ValueError(f"exclude_source must be one of {EXCLUDE_SOURCES}, got {self.exclude_source!r}")
         if self.pooling not in (*POOLINGS, "model"):
             raise ValueError(f"pooling must be 'cls', 'mean' or 'model', got {self.pooling!r}")
         if self.init_projection not in INIT_PROJECTIONS:

@@ -56,7 +56,8 @@ class RealmBatch(Movable):
     target_mask: Tensor
     """[B, M] 1 for real targets, 0 for padding."""
     source_uid_hashes: Tensor
-    """[B] int64 hash of the sentence's source block uid (0 when it has none); such a block is never a candidate."""
+    """[B] int64 hash of the sentence's source block uid (0 when it has none); that block, or with
+    ``retriever.exclude_source: article`` every block of its article, is never a candidate."""
     example_ids: Tensor
     """[B] row of each example in its dataset (for inspection and exact-resume checks)."""
     candidates: Candidates | None = None

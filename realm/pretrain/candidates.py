@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from realm.core.sequences import contains_run
+from realm.data.articles import block_articles
 from realm.data.blocks import BlockStore
 from realm.data.packing import SpecialIds, block_batch, pack_pairs, reader_length
 from realm.index.mips import DocumentIndex
@@ -24,27 +25,40 @@ from realm.pretrain.model import RealmModel
 
 
 def select_candidates(
-    block_ids: Tensor, source_uid_hashes: Tensor, uid_hashes: np.ndarray, num_retrieved: int
+    block_ids: Tensor, source_keys: Tensor | np.ndarray, block_keys: np.ndarray, num_retrieved: int
 ) -> Tensor:
-    """Drops trivial retrievals (the query's own source block) and keeps the best ``num_retrieved``.
+    """Drops trivial retrievals (the blocks whose key is the query's source key) and keeps the best ``num_retrieved``.
 
     Args:
         block_ids: [B, k'] retrieved ids, best first (k' > num_retrieved when over-retrieving); -1 is no result.
-        source_uid_hashes: [B] hash of each query's source block uid (0 = none).
-        uid_hashes: [N] uid hash of every block.
+        source_keys: [B] key of each query's source: the hash of its source block's uid, or of that block's article
+            (``exclusion_keys``); 0 is no source, and drops nothing.
+        block_keys: [N] the same key of every block.
 
     Returns:
         [B, num_retrieved] block ids; -1 pads a row that ran out of candidates.
     """
     ids = block_ids.cpu().numpy()
+    sources = (source_keys.cpu().numpy() if isinstance(source_keys, Tensor) else np.asarray(source_keys))[:, None]
     valid = ids >= 0
-    hashes = np.where(valid, uid_hashes[np.clip(ids, 0, None)], 0)
-    keep = valid & (hashes != source_uid_hashes.cpu().numpy()[:, None])
+    keys = np.where(valid, block_keys[np.clip(ids, 0, None)], 0)
+    keep = valid & ((keys != sources) | (sources == 0))
     out = np.full((ids.shape[0], num_retrieved), -1, dtype=np.int64)
     for row in range(ids.shape[0]):
         chosen = ids[row][keep[row]][:num_retrieved]
         out[row, : len(chosen)] = chosen
     return torch.from_numpy(out)
+
+
+def exclusion_keys(source_uid_hashes: Tensor, store: BlockStore, exclude_source: str) -> tuple[np.ndarray, np.ndarray]:
+    """([B] each query's source key, [N] each block's key) for ``select_candidates``: with ``exclude_source`` ``block``
+    the uid hashes of the source block and of every block, with ``article`` those of their articles
+    (``realm.data.articles``), so that every block of the source's article is dropped."""
+    sources = source_uid_hashes.cpu().numpy()
+    if exclude_source == "block":
+        return sources, store.uid_hashes
+    articles = block_articles(store)
+    return articles.of_sources(sources), articles.hashes
 
 
 def answer_slots(batch: RealmBatch, bodies: list[list[int]], num_retrieved: int) -> Tensor:
@@ -106,10 +120,12 @@ def retrieve(
 ) -> RealmBatch:
     """Searches ``index`` with [B, D] query embeddings and returns ``batch`` with its K candidate slots attached.
 
-    Over-retrieves ``cfg.num_extra_retrieved`` blocks so the slots stay full after the trivial-retrieval filter.
+    Over-retrieves ``cfg.num_extra_retrieved`` blocks so the slots stay full after the trivial-retrieval filter, which
+    drops what ``cfg.exclude_source`` says: the query's source block, or every block of its article.
     """
     _, ids = index.search(query_embeddings.detach().float().cpu(), cfg.num_retrieved + cfg.num_extra_retrieved)
-    chosen = select_candidates(ids, batch.source_uid_hashes, store.uid_hashes, cfg.num_retrieved)
+    sources, keys = exclusion_keys(batch.source_uid_hashes, store, cfg.exclude_source)
+    chosen = select_candidates(ids, sources, keys, cfg.num_retrieved)
     return attach_chosen(batch, chosen, store, special, cfg)
 
 

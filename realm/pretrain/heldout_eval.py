@@ -2,10 +2,13 @@
 
 A held-out sentence has its gold fact span masked; the model must fill it in. ``span_accuracy`` counts a sentence
 as correct only when every masked wordpiece is predicted exactly; ``token_accuracy`` is the per-wordpiece rate.
+A sentence cut from the corpus (one with a ``source_uid``) never reads a block of its own article, whatever
+pre-training's ``retriever.exclude_source``: the article's other blocks state its other facts, often this one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Callable, Iterator, Sequence
 
@@ -122,6 +125,7 @@ def heldout_outcomes(
     vectors than the model's query embeddings (e.g. ``BM25Index``'s of each masked query): another retriever's
     top-k, read by this model (which still weighs the candidates by its own p(z|x)).
     """
+    cfg = dataclasses.replace(cfg, exclude_source="article")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device

@@ -8,7 +8,9 @@ prior, and the slots without the answer teach "ignore the body" as strongly as t
 This stage teaches the skill from the knowledge corpus alone, with no retriever and no gold pairs: a sentence of a
 block with one salient span masked is read against that same block, its *trivial retrieval*, under REALM's loss on
 a single slot. REALM prohibits trivial retrievals during pre-training because they teach the *retriever* to look
-for exact string matches; the retriever takes no part here.
+for exact string matches; the retriever takes no part here. The blocks of held-out articles give no example
+(``realm.data.articles.TrainingBlocksInput.heldout_articles``): read against their own block, their facts could be
+memorised before the held-out evaluation asks for them.
 
 The skill appears after a phase change, and late for rare tokens. Measured on the demo world (2-layer, hidden-128
 BERT, batch 32, AdamW 1e-3): span accuracy on this task 0.13 at step 500, 0.59 at 700, 0.87 at 1,000, 0.96 at
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 import datasets
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -36,12 +39,15 @@ from realm.pretrain.batch import PretrainCollator
 from realm.pretrain.loss import accuracy_metrics, marginal_mlm_loss
 
 
-def block_sentence_records(blocks: datasets.Dataset) -> datasets.Dataset:
-    """One row per sentence of every block: ``text`` (the sentence) and ``block_id`` (the block's row)."""
+def block_sentence_records(blocks: datasets.Dataset, heldout: np.ndarray | None = None) -> datasets.Dataset:
+    """One row per sentence of every block but the ``heldout`` ones ([N] bool, ``realm.data.articles.heldout_blocks``):
+    ``text`` (the sentence) and ``block_id`` (the block's row in ``blocks``)."""
 
     def split(batch: dict, indices: list[int]) -> dict:
         texts, block_ids = [], []
         for block_id, text in zip(indices, batch["text"]):
+            if heldout is not None and heldout[block_id]:
+                continue
             for start, end in split_sentences(text):
                 texts.append(text[start:end])
                 block_ids.append(block_id)
@@ -53,11 +59,13 @@ def block_sentence_records(blocks: datasets.Dataset) -> datasets.Dataset:
 
 
 def prepare_block_sentences(
-    blocks: datasets.Dataset, tokenizer, tagger: SpanTagger, max_query_length: int
+    blocks: datasets.Dataset, tokenizer, tagger: SpanTagger, max_query_length: int, heldout: np.ndarray | None = None
 ) -> datasets.Dataset:
     """Tokenised, tagged block sentences (``realm.data.sentences.SENTENCE_FEATURES``) plus the ``block_id`` each one
-    came from; sentences without a salient span are kept here and rejected by the collator, as in pre-training."""
-    records = block_sentence_records(blocks)
+    came from, none from a ``heldout`` block (the held-out articles' blocks stay in ``blocks``, so block ids are
+    rows of the whole corpus); sentences without a salient span are kept here and rejected by the collator, as in
+    pre-training."""
+    records = block_sentence_records(blocks, heldout)
     prepared = prepare_sentences(records.remove_columns("block_id"), tokenizer, tagger, max_query_length)
     return prepared.add_column("block_id", records["block_id"])
 

@@ -11,6 +11,8 @@ from realm.cli.real_text import main
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.data.jsonl import iter_jsonl
+from realm.data.blocks import load_blocks
+from realm.pipeline import real_text
 from realm.pipeline.real_text import RealTextConfig, run_real_text
 from tests.helpers import ROOT
 
@@ -42,9 +44,36 @@ def test_stop_after_data_writes_vocabulary_blocks_and_cloze_sets_and_needs_no_qu
         "vocab_size": 800, "tagging": {"kind": "rule"}, "stop_after": "data", "qa": {"train": "", "dev": ""}})  # fmt: skip
     summary = run_real_text(cfg)
     assert summary["num_documents"] == num_docs and summary["num_heldout"] > 0 and summary["num_pretrain"] > 0
+    # the held-out articles (titles) are listed for the warm start, and X holds no sentence of theirs
+    held = set((tmp_path / "run" / "cloze" / "heldout_articles.txt").read_text().splitlines())
+    titles = {r["uid"]: r["title"] for r in load_blocks(tmp_path / "run" / "blocks")}
+    assert len(held) == 8 and held <= set(titles.values())
+    x = iter_jsonl(tmp_path / "run" / "cloze" / "pretrain.jsonl")
+    assert held.isdisjoint(titles[r["source_uid"]] for _, r in x)
     assert not (tmp_path / "run" / "warmup").exists() and "data_s" in summary["stage_seconds"]
     with pytest.raises(ConfigError, match="qa.train and qa.dev must name question files"):
         run_real_text(load_config(RealTextConfig, None, {"corpus": {"path": "c.json"}, "out": str(tmp_path / "x")}))
+
+
+def test_the_warm_start_is_given_the_held_out_articles(tiny_world, tmp_path, monkeypatch):
+    _real_format_files(tiny_world, tmp_path)
+    given = {}
+
+    class Stop(Exception):
+        pass
+
+    def warm_start(cfg, out, seed, data, model):
+        given.update(data)
+        raise Stop
+
+    monkeypatch.setattr(real_text, "warm_start", warm_start)
+    cfg = load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml", {
+        "out": str(tmp_path / "run"), "corpus": {"path": str(tmp_path / "corpus.json")}, "heldout_docs": 8,
+        "vocab_size": 800, "tagging": {"kind": "rule"}, "stop_after": "warm_start", "qa": {"train": "", "dev": ""},
+    })  # fmt: skip
+    with pytest.raises(Stop):
+        run_real_text(cfg)
+    assert given["heldout_articles"] == str(tmp_path / "run" / "cloze" / "heldout_articles.txt")
 
 
 @pytest.mark.slow

@@ -25,6 +25,7 @@ FILES = (
     "questions.jsonl",
     "questions_train.jsonl",
     "questions_heldout.jsonl",
+    "heldout_articles.txt",
     "world.json",
 )
 
@@ -85,6 +86,15 @@ def test_written_files_match_the_world_and_its_counts(tmp_path: Path, small_worl
     assert meta["counts"]["num_pretrain"] == len(small_world.pretrain)
     assert meta["counts"]["num_heldout_entities"] == sum(e["heldout"] for e in small_world.entities)
     write_world(small_world, tmp_path)  # overwriting an existing world is fine
+
+
+def test_the_held_out_entities_articles_are_listed_for_the_warm_start(tmp_path: Path, small_world: World) -> None:
+    """``heldout_articles.txt`` names the article (its title) of every held-out entity and of no other, which the
+    reader warm-up and ICT then never train on."""
+    listed = write_world(small_world, tmp_path)["heldout_articles"].read_text(encoding="utf-8").splitlines()
+    titles = {doc["id"]: doc["title"] for doc in small_world.corpus}
+    assert sorted(listed) == sorted(titles[e["doc_id"]] for e in small_world.entities if e["heldout"])
+    assert len(set(listed)) == len(listed) == sum(e["heldout"] for e in small_world.entities)
 
 
 def test_kinds_split_and_record_counts(full_world: World) -> None:

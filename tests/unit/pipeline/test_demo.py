@@ -22,6 +22,7 @@ WORLD_FILES = ("corpus", "pretrain", "heldout", "questions_train", "questions_he
 
 def _paths(run: Path) -> dict[str, Path]:
     return {**{name: run / "world" / f"{name}.jsonl" for name in WORLD_FILES},
+            "heldout_articles": run / "world" / "heldout_articles.txt",
             "tokenizer": run / "tokenizer", "blocks": run / "blocks"}  # fmt: skip
 
 
@@ -38,7 +39,7 @@ def seen(monkeypatch):
         return _paths(Path(run))
 
     def warm(cfg, out, seed, data, model):
-        seen["warm"] = (cfg, model)
+        seen["warm"] = (cfg, model, data)
         return SimpleNamespace(seconds={"warmup_s": 1.0, "ict_s": 1.0})
 
     def pretrain(cfg):
@@ -83,6 +84,8 @@ def test_the_demo_runs_its_stages_in_the_pretraining_shape_and_writes_the_summar
     summary = demo.run_demo(cfg)
     assert seen["world"][:3] == (0, 50, 500) and seen["warm"][1]["num_layers"] == 3
     assert seen["pretrain"].train.max_steps == 4 and "finetune" in seen
+    # the reader warm-up and ICT skip the held-out entities' articles
+    assert seen["warm"][2]["heldout_articles"] == str(tmp_path / "run" / "world" / "heldout_articles.txt")
     assert summary["qa_exact_match_end"] == 0.3 and summary["pretrain_steps"] == 4
     assert list(summary["stage_seconds"]) == ["data_s", "warmup_s", "ict_s", "pretrain_s", "qa_s"]
     assert json.loads((tmp_path / "run" / SUMMARY_FILE).read_text())["heldout_accuracy_retrieval"] == 0.5

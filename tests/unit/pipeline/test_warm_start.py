@@ -61,6 +61,12 @@ def test_a_pretrained_folder_starts_both_stages_and_a_skipped_warmup_leaves_ict_
     assert "warmup" not in seen and out.encoder is None and seen["ict"].model.init_from is None
 
 
+def test_both_stages_skip_the_held_out_articles_the_pipeline_names(seen, tmp_path):
+    data = {**DATA, "heldout_articles": "run/cloze/heldout_articles.txt"}
+    ws.warm_start(ws.WarmStartConfig(**CONFIGS), tmp_path, 0, data, {"hidden_size": 32})
+    assert seen["warmup"].data.heldout_articles == seen["ict"].data.heldout_articles == data["heldout_articles"]
+
+
 def test_steps_below_zero_or_no_ict_are_refused():
     with pytest.raises(ValueError, match="warmup_steps must be >= 0"):
         ws.WarmStartConfig(warmup_steps=-1)
@@ -96,7 +102,7 @@ def test_the_copy_curriculum_chains_its_stages_into_the_reader_warmup(monkeypatc
 
     monkeypatch.setattr(ws, "train_warmup", warmup)
     monkeypatch.setattr(ws, "train_ict", lambda cfg: runs.append(cfg) or tmp_path / "ict" / "retriever")
-    data = _real_data(tmp_path)
+    data = {**_real_data(tmp_path), "heldout_articles": str(tmp_path / "heldout_articles.txt")}
     cfg = ws.WarmStartConfig(**CONFIGS, copy_sentences=30, copy_curriculum=[
         ws.CopyStage(words=3, steps=5), ws.CopyStage(words=0, steps=10, sentences=3, block_length=48)],
         stage_overrides={"retriever": {"max_block_length": 64}, "tagging": {"kind": "spacy"}})  # fmt: skip
@@ -109,6 +115,7 @@ def test_the_copy_curriculum_chains_its_stages_into_the_reader_warmup(monkeypatc
         assert stage.train.max_steps == steps and stage.optim.decay_steps == max(1, steps // 5)
         assert (stage.retriever.max_query_length, stage.retriever.max_block_length) == (24, block_length)
         assert stage.data.tokenizer == data["tokenizer"] and stage.data.blocks != data["blocks"]
+        assert stage.data.heldout_articles == ""  # random words of its own corpus: no article to hold out
     assert first.model.init_from is None and first.model.hidden_size == 32
     assert second.model.init_from == str(Path(first.train.run_dir) / "encoder")
     words = {w for line in (Path(first.train.run_dir) / "corpus.jsonl").read_text().splitlines()
@@ -122,6 +129,7 @@ def test_the_copy_curriculum_chains_its_stages_into_the_reader_warmup(monkeypatc
     assert reader.model.init_from == str(out.copied) == str(Path(second.train.run_dir) / "encoder")
     assert reader.task.masking == "salient" and reader.tagging.kind == "spacy" and reader.data.blocks == data["blocks"]
     assert reader.retriever.max_block_length == 64 and ict.model.init_from == str(out.encoder)
+    assert reader.data.heldout_articles == ict.data.heldout_articles == data["heldout_articles"]
     assert set(out.seconds) == {"copy_s", "warmup_s", "ict_s"}
 
 

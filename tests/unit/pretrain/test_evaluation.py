@@ -49,14 +49,17 @@ class StandIn(torch.nn.Module):
 
 
 class RankingIndex:
+    def __init__(self, rankings: dict[int, list[int]] = RANKINGS) -> None:
+        self.rankings = rankings
+
     def search(self, queries: torch.Tensor, k: int):
-        ids = torch.tensor([RANKINGS[int(q)][:k] for q in queries[:, 0]])
+        ids = torch.tensor([self.rankings[int(q)][:k] for q in queries[:, 0]])
         return torch.zeros(ids.shape), ids
 
 
-def _store() -> BlockStore:
+def _store(doc_ids: list[str] = TITLES) -> BlockStore:
     blocks = datasets.Dataset.from_dict(
-        {"uid": [f"b{i}" for i in range(6)], "doc_id": TITLES, "title": TITLES, "text": [""] * 6,
+        {"uid": [f"b{i}" for i in range(6)], "doc_id": doc_ids, "title": TITLES, "text": [""] * 6,
          "title_ids": [[5 + i] for i in range(6)], "body_ids": [[20 + i, 21 + i] for i in range(6)]},
         features=BLOCK_FEATURES,
     )  # fmt: skip
@@ -128,3 +131,17 @@ def test_each_rows_outcome_is_kept_in_row_order():
     assert out.closed_book_span_correct.tolist() == [True, False, False, False, True]
     assert out.retrieved.tolist() == [[0, 2], [0, 2], [0, 2], [5, 0], [1, 2]]  # row 2 without its own block 4
     assert (out.tokens_correct, out.closed_book_tokens_correct, out.num_tokens) == (8, 4, 10)
+
+
+@pytest.mark.parametrize("doc_ids", [TITLES, [f"passage-{i}" for i in range(6)]], ids=["blocks_of_a_document",
+                                                                                      "dpr_passages"])
+def test_a_held_out_sentence_never_reads_another_block_of_its_own_article(doc_ids):
+    """Evaluation drops every block of the sentence's article, whatever pre-training drops: article A is blocks 0
+    and 1, cut from one document or (DPR) two passages that share its title; the sentence comes from block 0 and
+    the index ranks block 1 first."""
+    rows = datasets.Dataset.from_dict({"input_ids": [[10, 11, 12, 13, 14]], "gold_span": [[1, 3]],
+                                       "source_uid": ["b0"]})  # fmt: skip
+    cfg = RetrieverConfig(num_candidates=3, num_extra_retrieved=2)  # pre-training's default drops the block only
+    out = heldout_outcomes(StandIn(set(), set()), rows, _store(doc_ids), SPECIAL, cfg,
+                           index=RankingIndex({0: [1, 0, 2, 4, 5]}))  # fmt: skip
+    assert out.retrieved.tolist() == [[2, 4]]

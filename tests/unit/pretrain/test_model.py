@@ -11,7 +11,7 @@ from realm.data.packing import SpecialIds
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import PretrainCollator
-from realm.pretrain.candidates import build_candidates, select_candidates
+from realm.pretrain.candidates import build_candidates, retrieve, select_candidates
 from realm.pretrain.loss import marginal_mlm_loss
 from realm.pretrain.model import RealmModel
 
@@ -58,6 +58,43 @@ def test_source_document_is_never_a_candidate_and_slots_stay_full():
     sources = torch.tensor([uid_hash(uids[5]), uid_hash(uids[3])])
     chosen = select_candidates(retrieved, sources, store.uid_hashes, num_retrieved=3)
     assert chosen.tolist() == [[1, 2, 3], [1, 2, 4]]
+
+
+class FixedIndex:
+    """Returns the same ranking, ``ids`` ([B, n]), for every search."""
+
+    def __init__(self, ids: list[list[int]]) -> None:
+        self.ids = torch.tensor(ids)
+
+    def search(self, queries, k):
+        return torch.zeros(self.ids[:, :k].shape), self.ids[:, :k]
+
+
+def _articles_store(doc_ids):
+    """Blocks 0 and 1 are article A (one document cut in two, or two DPR passages sharing the title), 2 is B, 3 C."""
+    titles = ["A", "A", "B", "C"]
+    blocks = datasets.Dataset.from_dict(
+        {"uid": [f"u{i}" for i in range(4)], "doc_id": doc_ids, "title": titles, "text": [""] * 4,
+         "title_ids": [[5 + i] for i in range(4)], "body_ids": [[20 + i, 21 + i] for i in range(4)]},
+        features=BLOCK_FEATURES,
+    )  # fmt: skip
+    return BlockStore(blocks)
+
+
+@pytest.mark.parametrize("doc_ids", [["a", "a", "b", "c"], ["1", "2", "3", "4"]], ids=["document", "dpr_passages"])
+@pytest.mark.parametrize("exclude, expected", [("block", [1, 2]), ("article", [2, 3])])
+def test_pretraining_drops_the_source_block_or_with_article_every_block_of_its_article(doc_ids, exclude, expected):
+    """REALM drops the sentence's own block (``block``, the default); ``article`` also drops its article's others."""
+    cfg = RetrieverConfig(num_candidates=3, num_extra_retrieved=2, exclude_source=exclude)
+    batch = retrieve(torch.zeros(2, 1), _batch(["u0", ""]), FixedIndex([[0, 1, 2, 3]] * 2), _articles_store(doc_ids),
+                     SPECIAL, cfg)  # fmt: skip
+    assert batch.candidates.block_ids[:, 1:].tolist() == [expected, [0, 1]]  # a query without a source drops nothing
+
+
+def test_the_source_filter_defaults_to_realms_own_block_and_refuses_other_values():
+    assert RetrieverConfig().exclude_source == "block"
+    with pytest.raises(ValueError, match="exclude_source must be"):
+        RetrieverConfig(exclude_source="title")
 
 
 def test_rows_that_run_out_of_candidates_are_padded_and_masked():
@@ -118,8 +155,6 @@ def test_gradients_reach_both_embedders_and_the_encoder(shared):
     from realm.pretrain.heldout_eval import embed_corpus
 
     index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, SPECIAL, 16))
-    from realm.pretrain.candidates import retrieve
-
     batch = retrieve(model.embed_queries(batch), batch, index, store, SPECIAL, cfg)
     assert not (batch.candidates.block_ids[:2, 1:] == torch.tensor([[0], [1]])).any()  # own source filtered
     out = model(batch)
