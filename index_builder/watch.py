@@ -175,7 +175,8 @@ def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
     with contextlib.ExitStack() as stack:
 
         def take() -> None:
-            stack.enter_context(publication.exclusive_lock(index_dir / LOCK_FILE, timeout_s=cfg.lock_timeout_s))
+            refusal = f"run directory {cfg.run_dir} is in use by another index builder (one per run); stop it first"
+            stack.enter_context(publication.exclusive_lock(index_dir / LOCK_FILE, cfg.lock_timeout_s, refusal))
             for stale in publication.clean_staging(index_dir):
                 logger.info("removed stale staging folder %s", stale)
             # note: the builder also removes old exports; a kill mid-removal leaves trash there (the exports' staging

@@ -10,7 +10,7 @@ With N processes each process retrieves from its own read-only copy of the index
 step in which every process has loaded that same version (one all-gather of an int per step), so all processes always
 search the same index and swap in the same step. Waiting is collective too: every process takes part in each round of
 the wait (about one a second), a failure seen by any of them (the child builder gone, a timeout) ends the wait on all
-of them at once, and the staleness target is the main process's view.
+of them at once, and the staleness target (the newest export by the schedule) is the same on every process.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import torch
 from accelerate import Accelerator
 
 from realm.index.versions import PublishedIndex
-from realm.run.layout import latest_retriever_export
 from realm.trainer.index_watcher import IndexWatcher
 
 logger = logging.getLogger(__name__)
@@ -182,15 +181,14 @@ class IndexSync:
         if self.index.step != due:
             raise RuntimeError(f"step {step}: index v{self.index.step} went live where v{due} was due")
 
-    def maybe_swap(self, step: int, max_staleness: int, timeout_s: float) -> None:
-        """Between steps: swap in a newer index once every process has it; block only past ``max_staleness``."""
+    def maybe_swap(self, step: int, max_staleness: int, timeout_s: float, target: int) -> None:
+        """Between steps: swap in a newer index once every process has it; block only past ``max_staleness``, then
+        until version ``target`` (the newest export the run has made by ``step``) or a newer one is live."""
         self._swap_if_agreed(self.gather_ints(self._take_loaded(step))[:, 0], step)
         staleness = step - self.index.step
-        if staleness > max_staleness:
-            # note: every process takes this branch together (same step, same index); the target is the main
-            # process's view, since it writes the exports and may have just published one the others cannot see yet
-            latest = latest_retriever_export(self.run_dir) if self.accelerator.is_main_process else None
-            target = int(self.gather_ints(latest[0] if latest else step)[0, 0])
-            if target > self.index.step:
-                logger.info("index is %d steps stale (> %d): waiting for v%d", staleness, max_staleness, target)
-                self.totals.refresh_wait_s += self.wait_for_index(target, step, timeout_s)
+        # note: every process takes this branch together (same step, same index, same target). The target is the
+        # schedule's, not the newest export on disk: a run resumed from a checkpoint saved at a refresh step waits for
+        # that step's export, as the uninterrupted run did, whatever a builder removed or a killed run left behind
+        if staleness > max_staleness and target > self.index.step:
+            logger.info("index is %d steps stale (> %d): waiting for v%d", staleness, max_staleness, target)
+            self.totals.refresh_wait_s += self.wait_for_index(target, step, timeout_s)

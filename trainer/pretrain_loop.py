@@ -35,6 +35,7 @@ from realm.pretrain.model import RealmModel, build_model
 from realm.pretrain.retrieval_table import log_retrieval_table, retrieval_rows
 from realm.pretrain.step import LOSS_UNITS, StepOutput, batch_counts, train_step
 from realm.run.layout import (
+    EXPORT_STEP,
     INDEX_STEP,
     RETRIEVALS_FILE,
     clear_done,
@@ -53,7 +54,7 @@ from realm.trainer.index_watcher import IndexWatcher
 from realm.training.accelerator import accelerator_precision, build_accelerator
 from realm.training.optim import retriever_lr
 from realm.training.sampler import check_fills_batch
-from realm.training.scaffold import TrainingLoop, iterate, removed_if_setup_fails, start_job
+from realm.training.scaffold import TrainingLoop, hold_run_dir, iterate, removed_if_setup_fails, start_job
 
 logger = logging.getLogger(__name__)
 
@@ -62,8 +63,11 @@ class Trainer:
     def __init__(self, cfg: PretrainConfig, accelerator: Accelerator | None = None) -> None:
         self.cfg = cfg
         self.accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir, cfg.train.precision)
-        with removed_if_setup_fails(cfg.train.run_dir, self.accelerator.is_main_process):
+        with (removed_if_setup_fails(cfg.train.run_dir, self.accelerator.is_main_process),
+              contextlib.ExitStack() as held):  # fmt: skip
+            held.enter_context(hold_run_dir(cfg.train.run_dir, self.accelerator))  # before anything in the run changes
             self._set_up(cfg)
+            self._run_lock = held.pop_all()  # note: released by close() (or by the OS when the process dies)
 
     def _set_up(self, cfg: PretrainConfig) -> None:
         """Inputs, model, optimizer, the resumed state and the index side (nothing runs yet)."""
@@ -142,21 +146,13 @@ class Trainer:
     # ------------------------------------------------------------------------------------------- index side
 
     def export_retriever(self) -> None:
-        """Publishes the current document embedder for the builder (main process only)."""
+        """Publishes the current document embedder for the builder (main process only), never non-finite weights."""
+        self.loop.check_finite()  # note: on every process (a collective check)
         if self.accelerator.is_main_process:
-            export_retriever(
-                self.run_dir,
-                self.step,
-                self.unwrapped.retriever,
-                blocks_path=str(Path(self.cfg.data.blocks).resolve()),
-                tokenizer_path=(
-                    str(Path(self.cfg.data.tokenizer).resolve())
-                    if Path(self.cfg.data.tokenizer).exists()
-                    else self.cfg.data.tokenizer
-                ),
-                max_block_length=self.cfg.retriever.max_block_length,
-                keep=self.cfg.refresh.keep_exports,
-            )
+            # note: export_retriever makes the blocks and a local tokenizer path absolute
+            export_retriever(self.run_dir, self.step, self.unwrapped.retriever, blocks_path=self.cfg.data.blocks,
+                             tokenizer_path=self.cfg.data.tokenizer, keep=self.cfg.refresh.keep_exports,
+                             max_block_length=self.cfg.retriever.max_block_length)  # fmt: skip
             self.totals.num_exports += 1
 
     # ------------------------------------------------------------------------------------------- loop
@@ -214,7 +210,8 @@ class Trainer:
             if cfg.refresh.swap_lag >= 0:
                 self.sync.swap_due(self.step, self.due_version(), cfg.refresh.initial_index_timeout_s)
             else:
-                self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s)
+                self.sync.maybe_swap(self.step, cfg.refresh.max_staleness, cfg.refresh.initial_index_timeout_s,
+                                     self.schedule.last_export(self.step))  # fmt: skip
             current = upcoming or next_step_batches()
             # note: up to max_steps, not last_step: a run stopped early searches ahead like an uninterrupted one, and
             # its checkpoint keeps that choice (exact resume, realm.trainer.candidate_prefetch)
@@ -365,10 +362,9 @@ class Trainer:
         return result
 
     def save(self) -> None:
-        self.loop.save(
-            {INDEX_STEP: self.index.step if self.index else None, "totals": vars(self.totals)},
-            rank_tensors=self.candidates.pending_choice(),
-        )
+        # note: EXPORT_STEP, so the export the next steps wait for is pinned (realm.run.layout.pinned_steps)
+        state = {INDEX_STEP: self.index.step if self.index else None, EXPORT_STEP: self.schedule.last_export(self.step)}
+        self.loop.save({**state, "totals": vars(self.totals)}, rank_tensors=self.candidates.pending_choice())
 
     def summary(self) -> dict:
         totals = self.totals
@@ -395,3 +391,4 @@ class Trainer:
             mark_done(self.run_dir)
         if self.builder is not None:
             self.builder.stop()
+        self._run_lock.close()

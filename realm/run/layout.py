@@ -8,8 +8,8 @@ RUN/
   retrievals.jsonl              retrieval tables every tracking.inspect_interval steps, appended (trainer;
                                 RETRIEVALS_FILE)
   summary.json                  the end figures of a pipeline (`realm demo`, `realm real-text`; SUMMARY_FILE)
-  checkpoints/step-00000500/    training state (trainer; realm.training.checkpoint); its manifest's index_step pins
-                                the export and index version it resumes on (pinned_steps)
+  checkpoints/step-00000500/    training state (trainer; realm.training.checkpoint); its manifest's index_step and
+                                export_step pin the exports and index versions it resumes on (pinned_steps)
   checkpoints/step-N.<why>/     a checkpoint a resume set aside (failed-verification, superseded)
   retriever/step-00000500/      doc-embedder weights for the builder: Retriever.save_pretrained layout + manifest.json
   index/v-00000500/             embeddings.npy [N, D] float32, index.faiss, block_ids.npy, manifest.json written LAST
@@ -18,6 +18,7 @@ RUN/
   index/.staging-<uuid>/        a build in progress: never read, removed when the builder starts
   */.trash-<uuid>/              a removal a kill cut short: never read, removed by any process (clean_trash)
   DONE                          the trainer has finished, so a standalone builder may exit
+  .trainer.lock                 held by the run's trainer (one per run; TRAINER_LOCK), its pid written in it
 ```
 
 Every folder is published by the rule of ``realm.run.publication``; which index version is live, and who may remove
@@ -61,9 +62,13 @@ INDEX_DIR, INDEX_PREFIX = "index", "v-"
 DONE = "DONE"
 CONFIG_FILE, METRICS_FILE, RETRIEVALS_FILE = "config.yaml", "metrics.jsonl", "retrievals.jsonl"
 SUMMARY_FILE = "summary.json"
+TRAINER_LOCK = ".trainer.lock"
 INDEX_STEP = "index_step"
 """Field of a checkpoint's manifest: the index version (retriever step) the trainer searched when it saved, which a
 run resumed from it searches again."""
+EXPORT_STEP = "export_step"
+"""Field of a checkpoint's manifest: the newest retriever export when it was saved (its own step, at a refresh step),
+the version the steps after it wait for once the index they search is too stale."""
 
 
 def checkpoints_dir(run_dir: str | Path) -> Path:
@@ -79,15 +84,16 @@ def index_dir(run_dir: str | Path) -> Path:
 
 
 def pinned_steps(run_dir: str | Path) -> set[int]:
-    """The index versions the published checkpoints resume on: their retriever exports and index versions are never
-    pruned (by the trainer's ``keep_exports``, the builder's ``keep_versions`` or its removal of older exports), so
-    a run resumed from any checkpoint, including one saved between two refreshes, searches exactly the index an
-    uninterrupted run searched."""
+    """The index versions the published checkpoints resume on and wait for next (``INDEX_STEP``, ``EXPORT_STEP``):
+    their retriever exports and index versions are never pruned (by the trainer's ``keep_exports``, the builder's
+    ``keep_versions`` or its removal of older exports), so a run resumed from any checkpoint, including one saved
+    between two refreshes or at one, searches exactly the indexes an uninterrupted run searched."""
     pinned = set()
     for _, path in list_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX):
-        step = (read_manifest(path) or {}).get(INDEX_STEP)
-        if isinstance(step, int):
-            pinned.add(step)
+        manifest = read_manifest(path) or {}
+        # note: the export too: a checkpoint saved at a refresh step searched the previous version, and the steps
+        # after it (past max_staleness, or at their swap_lag step) wait for the export it had just made
+        pinned.update(step for step in (manifest.get(INDEX_STEP), manifest.get(EXPORT_STEP)) if isinstance(step, int))
     return pinned
 
 

@@ -254,27 +254,41 @@ def check_files(folder: Path, entries: dict[str, dict[str, Any]], verify_checksu
     return problems
 
 
-@contextlib.contextmanager
-def exclusive_lock(path: Path, timeout_s: float = 0.0) -> Iterator[None]:
-    """Holds an exclusive ``flock`` on ``path`` (released by the kernel when its holder dies, even on SIGKILL).
+class RunInUseError(RunError):
+    """A lock of a run held by another live process (a second trainer or index builder on one run directory)."""
 
-    Raises ``RuntimeError`` if another process still holds it after ``timeout_s``: two writers of one folder would
-    clean each other's staging folders. The wait covers a holder that is shutting down (an orphaned builder).
+
+@contextlib.contextmanager
+def exclusive_lock(path: Path, timeout_s: float = 0.0, refusal: str = "") -> Iterator[None]:
+    """Holds an exclusive ``flock`` on ``path`` (released by the kernel when its holder dies, even on SIGKILL), with
+    the holder's pid written in it.
+
+    Raises ``RunInUseError`` (a user error: one line, exit code 2) if another process still holds it after
+    ``timeout_s``: ``refusal`` (what that means, e.g. "run directory R is in use by another trainer"), then the
+    holder's pid and the lock file. Two writers of one folder would clean each other's staging folders. The wait
+    covers a holder that is shutting down (an orphaned builder).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     deadline = time.monotonic() + timeout_s
-    with open(path, "a") as f:
+    with open(path, "a+") as f:
         while True:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 break
             except BlockingIOError:
                 if time.monotonic() >= deadline:
-                    raise RuntimeError(
-                        f"{path} is locked by another process (is another index builder running?)"
-                    ) from None
+                    f.seek(0)
+                    pid = f.read().strip() or "unknown"
+                    message = refusal or "locked by another process"
+                    raise RunInUseError(f"{message} (pid {pid} holds {path})") from None
                 time.sleep(0.2)
+        # note: the pid is only for the message of a process refused while this one holds the lock (a holder that
+        # died leaves its pid behind, but then the lock is free and the next holder writes its own)
+        f.seek(0)
+        f.truncate()
+        f.write(f"{os.getpid()}\n")
+        f.flush()
         try:
             yield
         finally:

@@ -25,7 +25,7 @@ from torch import Tensor
 
 from realm.core.config import save_config
 from realm.core.errors import MissingFileError, RunError
-from realm.run.layout import CHECKPOINT_PREFIX, CONFIG_FILE, INDEX_STEP, checkpoints_dir
+from realm.run.layout import CHECKPOINT_PREFIX, CONFIG_FILE, EXPORT_STEP, INDEX_STEP, checkpoints_dir
 from realm.run.publication import (
     STAGING_PREFIX,
     file_entries,
@@ -80,10 +80,11 @@ def save_checkpoint(
         save_config(config, staging / CONFIG_FILE)
         names = relative_files(staging)
         manifest = {"step": step, "created": now_iso(), "kind": "checkpoint", "files": file_entries(staging, names)}
-        if state.get(INDEX_STEP) is not None:
-            # note: in the manifest, so the index builder reads which index version this checkpoint resumes on and
-            # never prunes it (realm.run.layout.pinned_steps) without knowing the trainer's state format
-            manifest[INDEX_STEP] = state[INDEX_STEP]
+        for key in (INDEX_STEP, EXPORT_STEP):
+            # note: in the manifest, so the index builder reads which index versions this checkpoint resumes on and
+            # never prunes them (realm.run.layout.pinned_steps) without knowing the trainer's state format
+            if state.get(key) is not None:
+                manifest[key] = state[key]
         publish_folder(staging, final, manifest)
         prune(parent, CHECKPOINT_PREFIX, keep)
         logger.info("saved checkpoint %s", final)

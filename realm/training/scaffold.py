@@ -5,13 +5,15 @@ the same everywhere: the optimizer step (clipping, a scheduler stepped once per 
 the metrics window (``metric x count`` sums reduced over processes, then one mean each), logging to
 ``RUN/metrics.jsonl`` and the trackers, and checkpoints in ``RUN/checkpoints/step-N`` published by rename with
 ``resume`` from the newest complete one. Batch orders are functions of (seed, step) (``realm.training.sampler``), so a
-resumed job continues exactly where an uninterrupted one would be.
+resumed job continues exactly where an uninterrupted one would be. A job whose loss or weights stop being finite is
+stopped before anything of that step is saved (``NonFiniteLossError``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,13 +21,14 @@ from typing import Any, Callable, ClassVar, Iterable, Iterator, Mapping
 
 import torch
 from accelerate import Accelerator
+from accelerate.utils import broadcast_object_list
 
 from realm.core.config import save_config
-from realm.core.errors import RunError
+from realm.core.errors import RunError, UserError
 from realm.core.logging import MetricsLogger, cut_log, set_num_threads
 from realm.core.precision import check_precision
-from realm.run.layout import CONFIG_FILE, METRICS_FILE, checkpoints_dir
-from realm.run.publication import clean_staging, replace_published
+from realm.run.layout import CONFIG_FILE, METRICS_FILE, TRAINER_LOCK, checkpoints_dir
+from realm.run.publication import RunInUseError, clean_staging, exclusive_lock, replace_published
 from realm.training.accelerator import use_fast_attention
 from realm.training.checkpoint import load_checkpoint, load_rank_tensors, resolve_resume, save_checkpoint
 from realm.training.optim import OptimConfig, build_optimizer
@@ -33,6 +36,14 @@ from realm.training.optim import OptimConfig, build_optimizer
 logger = logging.getLogger(__name__)
 LOG_SIZES = "log_sizes"
 """Key of the checkpoint state: ``{log name: bytes}`` of the run's append-only logs when it was saved."""
+LOSS = "loss"
+"""The window metric every job adds its loss under; the loop stops the job when it is not finite."""
+DIVERGED_HINT = ("lower optim.lr or lengthen optim.warmup_steps, and start again in a new train.run_dir (or resume "
+                 "from a checkpoint saved before the loss grew)")
+
+
+class NonFiniteLossError(UserError, FloatingPointError):
+    """A job's loss or weights stopped being finite; the message names the step, and nothing of it was saved."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -133,7 +144,10 @@ class TrainingLoop:
         self.metrics = MetricsLogger(self.run_dir / METRICS_FILE if accelerator.is_main_process else None, accelerator)
         self.appended_logs = [METRICS_FILE]
         """The run's append-only logs (names in ``run_dir``): each checkpoint records their sizes and a resumed job
-        cuts them back to those sizes, so nothing is logged twice. A job adds its own before ``resume``."""
+        cuts them back to those sizes (a fresh start: to nothing), so nothing is logged twice. A job adds its own
+        before ``resume``."""
+        self.nonfinite_step: torch.Tensor | None = None
+        """The first step whose loss was not finite (0: none yet), kept on the device (``check_finite``)."""
 
     @classmethod
     def prepare(cls, accelerator: Accelerator, loop: LoopConfig, optim: OptimConfig, model: torch.nn.Module,
@@ -166,14 +180,16 @@ class TrainingLoop:
         self.rank_tensors = {} if path is None else load_rank_tensors(path, self.accelerator.process_index)
         self.step = int(state.get("step", 0))
         if self.accelerator.is_main_process:
-            self._cut_logs(state.get(LOG_SIZES))
+            self._cut_logs(state)
         return state
 
-    def _cut_logs(self, sizes: Mapping[str, int] | None) -> None:
-        """What a killed run appended after the checkpoint is removed, since the resumed run appends it again."""
-        if sizes is None:  # a checkpoint that predates LOG_SIZES: the records of later steps
+    def _cut_logs(self, state: Mapping[str, Any]) -> None:
+        """What a killed run appended after the checkpoint (with none, everything: a run killed before its first
+        checkpoint) is removed from every appended log, since this run appends it again."""
+        if state and LOG_SIZES not in state:  # a checkpoint that predates LOG_SIZES: the records of later steps
             self.metrics.drop_after(self.step)
             return
+        sizes = state.get(LOG_SIZES, {})
         for name in self.appended_logs:
             cut_log(self.run_dir / name, int(sizes.get(name, 0)))
 
@@ -193,6 +209,38 @@ class TrainingLoop:
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
         self.window.num_steps += 1
+        loss = self.window.sums.get(LOSS)
+        if loss is not None:
+            # note: noted on the device and not read here, since a check on the host would sync every step; the
+            # window's sum stays non-finite from the bad step on, and check_finite reads this where the loop syncs
+            first = self.nonfinite_step if self.nonfinite_step is not None else torch.zeros_like(loss, dtype=torch.long)
+            self.nonfinite_step = torch.where((first == 0) & ~torch.isfinite(loss), self.step, first)
+
+    def check_finite(self, weights: bool = True) -> None:
+        """Raises ``NonFiniteLossError`` if the loss of a step so far was not finite or (``weights``) a weight is not.
+
+        Called by every process (one gather) when a window is logged (the loop reads values on the host then anyway)
+        and before anything is saved or exported, so a diverged job stops before it writes anything of the bad step.
+        The weights are checked as well since a finite loss can still leave them non-finite: a NaN gradient (clipping
+        does not stop it: the NaN norm scales every gradient to NaN) or an infinite learning rate.
+        """
+        device = self.accelerator.device
+        first = self.nonfinite_step if self.nonfinite_step is not None else torch.zeros((), dtype=torch.long)
+        bad_weights = torch.zeros((), dtype=torch.bool)
+        if weights:
+            bad_weights = ~torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()]).all()
+        flags = torch.stack([first.to(device), bad_weights.to(device).long()])[None]
+        rows = (self.accelerator.gather(flags) if self.accelerator.num_processes > 1 else flags).tolist()
+        steps = [step for step, _ in rows if step > 0]
+        if steps:
+            loss = float(self.window.sums.get(LOSS, math.nan))  # note: the window still holds the bad step
+            value = loss if not math.isfinite(loss) else "nan or inf, on another process"
+            raise NonFiniteLossError(f"non-finite loss ({value}) at step {min(steps)}; nothing from this step was "
+                                     f"saved; {DIVERGED_HINT}")  # fmt: skip
+        if any(bad for _, bad in rows):
+            raise NonFiniteLossError(f"non-finite weights after step {self.step} (its loss was finite: a NaN gradient "
+                                     f"or an infinite learning rate); nothing from this step was saved; "
+                                     f"{DIVERGED_HINT}")  # fmt: skip
 
     def log_due(self) -> bool:
         return self.step % self.cfg.log_interval == 0 or self.step == self.cfg.last_step
@@ -203,6 +251,7 @@ class TrainingLoop:
     def log_window(self, prefix: str, extra: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], int]:
         """Logs the window's means as ``prefix/name`` plus ``extra`` at the current step, then starts a new window.
         Returns the logged values and the number of steps the window held."""
+        self.check_finite(weights=False)
         means = {f"{prefix}/{k}": v for k, v in self.window.means(self.accelerator).items()}
         num_steps = self.window.num_steps
         plain = self.metrics.log({**means, **(extra or {})}, self.step)
@@ -221,6 +270,7 @@ class TrainingLoop:
         """Publishes the job's output (what ``save(folder)`` writes) as ``final`` once the job has run all its steps
         (main process; every process waits); an invocation stopped early publishes nothing."""
         if self.step >= self.cfg.max_steps:
+            self.check_finite()
             if self.accelerator.is_main_process:
                 replace_published(final, save, {**manifest, "steps": self.step})
             self.accelerator.wait_for_everyone()
@@ -229,6 +279,7 @@ class TrainingLoop:
     def save(self, state: Mapping[str, Any] | None = None, rank_tensors: Mapping[str, torch.Tensor] | None = None
              ) -> Path:  # fmt: skip
         """Checkpoint of the current step (every process must call it, each with its own ``rank_tensors``)."""
+        self.check_finite()
         sizes = {name: (self.run_dir / name).stat().st_size if (self.run_dir / name).is_file() else 0
                  for name in self.appended_logs}  # fmt: skip
         return save_checkpoint(
@@ -244,13 +295,47 @@ def start_job(loop: LoopConfig, accelerator: Accelerator, config: Any) -> Path:
     """What every job does first: threads, seed, its run directory and the resolved ``config.yaml`` in it."""
     set_num_threads(loop.num_threads)
     torch.manual_seed(loop.seed)
-    run_dir = Path(loop.run_dir)
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunError(f"train.run_dir={loop.run_dir} is a file, not a run directory")
+    run_dir = _run_dir(loop.run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if accelerator.is_main_process:
         save_config(config, run_dir / CONFIG_FILE)
     return run_dir
+
+
+def _run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` as a path, refused when it names a file."""
+    if Path(run_dir).exists() and not Path(run_dir).is_dir():
+        raise RunError(f"train.run_dir={run_dir} is a file, not a run directory")
+    return Path(run_dir)
+
+
+@contextlib.contextmanager
+def hold_run_dir(run_dir: str | Path, accelerator: Accelerator) -> Iterator[None]:
+    """One trainer per run directory: the main process holds ``RUN/.trainer.lock`` while the body runs.
+
+    Enter it before anything in the run directory is written or removed, so that a second trainer is refused (a
+    ``RunInUseError`` naming the run and the holder's pid) and the run is left as it was. The lock is an ``flock``,
+    which the kernel releases when its holder dies (SIGKILL included), so a run resumed after a kill finds it free.
+    The other processes learn whether the main one took it: a refusal, or any failure to take it, ends every rank
+    with the same one-line error instead of leaving them waiting at the next collective.
+    """
+    run_dir = _run_dir(run_dir)
+    with contextlib.ExitStack() as held:
+        error: Exception | None = None
+        if accelerator.is_main_process:
+            refusal = f"run directory {run_dir} is in use by another trainer (one per run); stop it first"
+            try:
+                held.enter_context(exclusive_lock(run_dir / TRAINER_LOCK, refusal=refusal))
+            except Exception as err:  # noqa: BLE001 - the other processes must hear of any failure, not wait
+                error = err
+        message = (str(error) or type(error).__name__) if error is not None else ""
+        if accelerator.num_processes > 1:
+            message = broadcast_object_list([message])[0]
+        if error is not None:
+            raise error
+        if message:
+            raise RunInUseError(f"rank 0: {message}")
+        yield
 
 
 def iterate(loader: Iterable) -> Iterator:
@@ -268,12 +353,13 @@ def iterate(loader: Iterable) -> Iterator:
 def removed_if_setup_fails(run_dir: str | Path, is_main_process: bool) -> Iterator[None]:
     """A job's set-up (``start_job`` and reading its inputs) inside this: when it fails, a run directory that did not
     exist before is removed again, so a mistyped input leaves no half-made run behind (only ``config.yaml`` and data
-    caches, which a rerun with the right input would otherwise mistake for a run to resume)."""
+    caches, which a rerun with the right input would otherwise mistake for a run to resume). A trainer refused the
+    run (``hold_run_dir``) leaves it alone: it is the other trainer's, even when that one created it meanwhile."""
     run_dir = Path(run_dir)
     existed = run_dir.exists()
     try:
         yield
-    except BaseException:
-        if not existed and is_main_process and run_dir.is_dir():
+    except BaseException as err:
+        if not existed and is_main_process and run_dir.is_dir() and not isinstance(err, RunInUseError):
             shutil.rmtree(run_dir, ignore_errors=True)
         raise

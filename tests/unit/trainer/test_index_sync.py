@@ -8,7 +8,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import realm.trainer.index_sync as index_sync
 from realm.pretrain.refresh import RefreshConfig
 from realm.trainer.builder_process import ChildBuilder
 from realm.trainer.index_sync import IndexSync, RunTotals
@@ -51,19 +50,18 @@ def test_newest_loaded_version_is_swapped_in_between_steps_without_waiting(tmp_p
     assert sync.wait_for_index(0, step=0, timeout_s=5) < 1
     assert sync.index.step == 0 and sync.totals.num_index_refreshes == 1
     watcher.publish(10)
-    sync.maybe_swap(step=12, max_staleness=100, timeout_s=5)
+    sync.maybe_swap(step=12, max_staleness=100, timeout_s=5, target=10)
     assert sync.index.step == 10 and sync.totals.num_index_refreshes == 2
-    sync.maybe_swap(step=90, max_staleness=100, timeout_s=5)  # stale by 80 <= 100: no wait, nothing new
+    sync.maybe_swap(step=90, max_staleness=100, timeout_s=5, target=90)  # stale by 80 <= 100: no wait, nothing new
     assert sync.index.step == 10 and sync.totals.refresh_wait_s == 0
 
 
-def test_past_max_staleness_the_trainer_waits_for_the_newest_export_and_counts_it(tmp_path, monkeypatch):
+def test_past_max_staleness_the_trainer_waits_for_the_newest_export_and_counts_it(tmp_path):
     sync, watcher = _sync(tmp_path)
     watcher.publish(0)
     sync.wait_for_index(0, step=0, timeout_s=5)
-    monkeypatch.setattr(index_sync, "latest_retriever_export", lambda run_dir: (20, run_dir / "retriever"))
     threading.Timer(0.3, watcher.publish, args=(20,)).start()
-    sync.maybe_swap(step=21, max_staleness=10, timeout_s=5)
+    sync.maybe_swap(step=21, max_staleness=10, timeout_s=5, target=20)  # the export of step 20, by the schedule
     assert sync.index.step == 20
     assert 0.25 < sync.totals.refresh_wait_s < 3 and sync.totals.index_wait_s >= sync.totals.refresh_wait_s
 
