@@ -6,6 +6,9 @@ It polls with a sleep (never a busy loop), always builds the newest export (inte
 freshest index matters to the trainer), and exits when the trainer has written ``RUN/DONE`` and everything is
 indexed. SIGTERM/SIGINT stop it between batches; the half-built staging folder is removed, and even a SIGKILL can
 only leave an unpublished ``.staging-*`` folder that the next start deletes. One builder per run (a lock enforces it).
+A failed build is retried with backoff while that may help (a full disk); when the builder cannot build, it records
+why in ``RUN/index/BUILD_FAILED`` (a trainer waiting for that index stops with the reason) and exits with it on one
+line (``realm.index.build_failure``).
 
 With ``--enable_distributed=true`` under a launcher, N processes build each version together (``sharded.py``):
 rank 0 holds the lock, polls and decides, every rank embeds its shard of the corpus, rank 0 publishes.
@@ -32,11 +35,12 @@ import faiss
 import torch
 
 from realm.core.config import config_from_command_line, to_dict
-from realm.core.errors import ConfigError, MissingFileError, run_command
+from realm.core.errors import ConfigError, MissingFileError, UserError, run_command
 from realm.core.logging import init_logging
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, finish_builder_run, init_builder_run, log_builder
 from realm.core.precision import check_precision
+from realm.index.build_failure import FailedBuild, IndexBuildError, clear_build_failure, record_build_failure
 from realm.index.build_version import build_index_version
 from realm.index.builder_group import BuilderGroup
 from realm.index.embedding import BuildCancelled
@@ -89,6 +93,13 @@ class IndexBuilderConfig:
     that process is gone, so a killed trainer never leaves an orphan holding the run's lock (0: no parent)."""
     lock_timeout_s: float = 30.0
     """How long to wait for the run's builder lock (an orphan of a killed trainer is still stopping) before failing."""
+    build_retries: int = 3
+    """How many times a failed build of one export is tried again when that may help (a full disk, a file-system
+    error, memory; not a bad token id or a corrupt export) before the builder gives up: it then records why in
+    ``RUN/index/BUILD_FAILED``, which stops a trainer waiting for that index at once, and exits with the reason
+    (``realm.index.build_failure``)."""
+    retry_backoff_s: float = 2.0
+    """Seconds before the first retry of a failed build; each further retry waits twice as long (2, 4, 8 s)."""
     index: IndexConfig = field(default_factory=IndexConfig)
     """FAISS index built for each version."""
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
@@ -108,6 +119,9 @@ class IndexBuilderConfig:
         check_precision(self.precision)
         if self.precision == "fp16" and not self.device.startswith("cuda"):
             raise ValueError(f"precision fp16 needs a GPU device, got device {self.device!r}; use bf16 on CPU")
+        if self.build_retries < 0 or self.retry_backoff_s < 0:
+            raise ValueError(f"build_retries and retry_backoff_s must be >= 0, got {self.build_retries}, "
+                             f"{self.retry_backoff_s}")  # fmt: skip
         if self.collective_timeout_s <= 0:
             raise ValueError(f"collective_timeout_s must be positive, got {self.collective_timeout_s}")
         if self.enable_distributed and self.device not in ("cpu", "cuda"):
@@ -195,23 +209,37 @@ def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
         yield
 
 
-def _decide(cfg: IndexBuilderConfig, failed_step: int | None) -> tuple:
-    """Rank 0's next move: ("build", step, path, live step), ("wait",) or ("exit",)."""
+def _decide(cfg: IndexBuilderConfig, failed: FailedBuild | None) -> tuple:
+    """Rank 0's next move: ("build", step, path, live step), ("wait",), ("exit",) or ("give up", step, reason)."""
+    if failed is not None and failed.give_up:
+        return ("give up", failed.step, failed.reason)
     # note: read DONE before listing exports; the trainer writes its last export, then DONE.
     done = cfg.exit_when_done and layout.is_done(cfg.run_dir)
     latest = layout.latest_retriever_export(cfg.run_dir)
     remove_if_broken(cfg.run_dir)
     current = current_index_step(cfg.run_dir)
-    if latest is not None and latest[0] > current and latest[0] != failed_step:
-        return ("build", latest[0], str(latest[1]), current)
+    if latest is not None and latest[0] > current:
+        backing_off = failed is not None and failed.step == latest[0] and time.monotonic() < failed.retry_at
+        return ("wait",) if backing_off else ("build", latest[0], str(latest[1]), current)
     return ("exit",) if cfg.once or done else ("wait",)
+
+
+def _give_up(cfg: IndexBuilderConfig, step: int, reason: str, group: BuilderGroup) -> IndexBuildError:
+    """Records rank 0's reason for giving up on ``step`` for the trainer; returns the error every rank exits with."""
+    if group.is_main:
+        try:
+            record_build_failure(cfg.run_dir, step, reason)
+        except OSError as err:  # note: a full disk may not take even the record; the reason is still printed
+            logger.error("cannot record the failure in %s: %s", layout.index_dir(cfg.run_dir), err)
+    return IndexBuildError(reason)
 
 
 def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None) -> int:
     """Runs the build loop until ``stop`` is set, ``cfg.once`` is satisfied or the run is done; returns #builds.
 
-    A failed build is logged and its export is not retried (the builder waits for a newer one) unless ``cfg.once``,
-    in which case the error propagates.
+    A failed build is retried with backoff while that may help (``build_retries``, ``retry_backoff_s``; a newer
+    export is built instead as soon as there is one); otherwise the reason is recorded in the run and
+    ``IndexBuildError`` raised (``realm.index.build_failure``).
     """
     if not cfg.run_dir:
         raise ConfigError("run_dir is not set (pass --run_dir RUN)")
@@ -258,32 +286,41 @@ def _watch_parent(pid: int, stop: threading.Event, interval_s: float = 0.5) -> N
 
 def _loop(cfg: IndexBuilderConfig, stop: threading.Event, group: BuilderGroup) -> int:
     """The poll-build loop; rank 0 decides each move and every rank follows it (one process: trivially)."""
-    built, failed_step = 0, None
+    built, failed = 0, None
     with _hold_run(cfg, group), _tracked(cfg, group) as tracker:
+        if group.is_main:
+            clear_build_failure(cfg.run_dir)  # note: this builder tries again whatever an earlier one gave up on
         # note: a stop on any rank stops all (the launcher signals every rank, but a rank may be signalled alone)
         while not any(group.all_gather(stop.is_set())):
-            decision = group.from_main(lambda: _decide(cfg, failed_step))
+            decision = group.from_main(lambda: _decide(cfg, failed))
             if decision[0] == "exit":
                 break
+            if decision[0] == "give up":
+                raise _give_up(cfg, decision[1], decision[2], group)
             if decision[0] == "wait":
                 time.sleep(cfg.poll_interval_s)
                 continue
             _, step, path, current = decision
             try:
                 _build(cfg, step, Path(path), current, stop, group, tracker)
-                built += 1
+                built, failed = built + 1, None
             except BuildCancelled as err:
                 logger.info("build for step %d cancelled: %s", step, err)
                 break
-            except Exception:
-                if cfg.once:
-                    raise
-                logger.exception("build for step %d failed; waiting for a newer export", step)
-                failed_step = step
-            if cfg.once:
+            except Exception as err:
+                failed = FailedBuild.after(failed, step, err, cfg.build_retries, cfg.retry_backoff_s)
+                _log_failure(failed, err, cfg.build_retries)
+            if cfg.once and failed is None:
                 break
             # note: a newer export may have arrived during the build; decide again at once
     return built
+
+
+def _log_failure(failed: FailedBuild, err: Exception, retries: int) -> None:
+    # note: a user error's message is the whole story; anything else may be a bug, so its traceback goes to the log
+    log = logger.error if isinstance(err, UserError) else logger.exception
+    then = "" if failed.give_up else f"; retrying in {max(failed.retry_at - time.monotonic(), 0):.1f} s"
+    log("build for step %d failed (attempt %d of %d): %s%s", failed.step, failed.attempts, retries + 1, err, then)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,10 +7,12 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Mapping, Sequence
 
 from realm.core.tracking import TrackingConfig, resolve_run_name
+from realm.index.build_failure import IndexBuildError, builder_gave_up
 from realm.pretrain.refresh import RefreshConfig
 
 logger = logging.getLogger(__name__)
@@ -105,10 +107,13 @@ class ChildBuilder:
         self.cfg, self.run_dir, self.extra_args, self.num_trainers = cfg, Path(run_dir), list(extra_args), num_trainers
         self.process: subprocess.Popen | None = None
         self.restarts = 0
+        self.started_at = 0.0
+        """``time.time()`` of the latest start: a failure recorded before it is not this builder's."""
 
     def start(self) -> None:
         log = open(self.run_dir / "builder.log", "a")
         cmd, env = builder_command(self.cfg, self.run_dir, self.extra_args, parent_pid=os.getpid())
+        self.started_at = time.time()
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         logger.info(
             "started index builder (pid %d, %d process(es)%s), log in %s",
@@ -125,10 +130,14 @@ class ChildBuilder:
     def failure(self) -> str | None:
         """None while the builder runs; a builder that died is reported and restarted (``builder_restarts`` times at
         most, wherever the trainer notices it: between steps or while it waits for an index); past that, what went
-        wrong."""
+        wrong. A builder that gave up on a build (it retried what retrying may fix) is not restarted: its recorded
+        reason is what went wrong."""
         code = self.exit_code()
         if code is None:
             return None
+        gave_up = builder_gave_up(self.run_dir, self.started_at)
+        if gave_up is not None:
+            return gave_up
         log = self.run_dir / "builder.log"
         if self.restarts >= self.cfg.builder_restarts:
             return f"the index builder exited with code {code} (restarted {self.restarts} times already)"
@@ -145,7 +154,7 @@ class ChildBuilder:
             return
         log = self.run_dir / "builder.log"
         if self.num_trainers == 1:
-            raise RuntimeError(f"{message}; see {log}")
+            raise IndexBuildError(f"{message}; see {log}")
         logger.error("%s; see %s", message, log)
 
     def stop(self) -> None:

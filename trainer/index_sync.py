@@ -24,8 +24,9 @@ from typing import Callable
 import torch
 from accelerate import Accelerator
 
+from realm.index.build_failure import IndexBuildError
 from realm.index.versions import PublishedIndex
-from realm.trainer.index_watcher import IndexWatcher
+from realm.trainer.index_watcher import IndexWaitTimeout, IndexWatcher
 
 logger = logging.getLogger(__name__)
 
@@ -110,8 +111,9 @@ class IndexSync:
 
     def _wait_problem(self, timed_out: bool) -> int:
         # note: a child builder that exited, even cleanly, will publish nothing more; while restarts remain it is
-        # restarted here, since with a small max_staleness the trainer spends most of its time in this wait
-        self.failure = self.builder_failure()
+        # restarted here, since with a small max_staleness the trainer spends most of its time in this wait. A
+        # standalone builder that gave up says so in the run directory (a child's record is read by builder_failure)
+        self.failure = self.builder_failure() or self.watcher.builder_gave_up()
         if self.failure is not None:
             return _BUILDER_EXITED
         return _TIMED_OUT if timed_out else _KEEP_WAITING
@@ -136,12 +138,12 @@ class IndexSync:
             rows = self.gather_ints(held, problem)
             problem = int(rows[:, 1].max())
             if problem == _BUILDER_EXITED:
-                raise RuntimeError(
-                    f"{self.failure or 'the index builder failed on another process'} while the trainer waits for an "
-                    f"index; see {self.run_dir / 'builder.log'}"
+                raise IndexBuildError(
+                    f"{self.failure or 'the index builder failed on another process'} (the trainer was waiting for "
+                    f"an index; see {self.run_dir / 'builder.log'})"
                 )
             if problem == _TIMED_OUT:
-                raise TimeoutError(
+                raise IndexWaitTimeout(
                     f"no index of step >= {min_step} appeared in {self.run_dir / 'index'} "
                     f"within {timeout_s:.0f} s; is the builder running?"
                 )

@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 
+from realm.core.errors import UserError
+from realm.index.build_failure import builder_gave_up
 from realm.index.mips import IndexConfig
 from realm.index.versions import PublishedIndex, load_index_version
 from realm.run.layout import INDEX_PREFIX, index_dir
@@ -19,6 +22,10 @@ from realm.run.live_index import IndexVersionError, current_index_version
 from realm.run.publication import folder_name, read_manifest
 
 logger = logging.getLogger(__name__)
+
+
+class IndexWaitTimeout(UserError, TimeoutError):
+    """No index the trainer needs appeared in time (no builder running?); one line, exit code 2."""
 
 
 class IndexWatcher:
@@ -56,6 +63,7 @@ class IndexWatcher:
         self._loaded_step = -1  # newest step loaded by the thread (taken or not); touched by the thread only
         self._failed: set[str] = set()  # version folders that failed to load; thread only
         self._thread: threading.Thread | None = None
+        self._created = time.time()
 
     def start(self) -> "IndexWatcher":
         if self._thread is None:
@@ -122,6 +130,11 @@ class IndexWatcher:
         version = index_dir(self.run_dir) / folder_name(INDEX_PREFIX, step)
         manifest = read_manifest(version)
         return self.load(version, manifest) if manifest is not None else None
+
+    def builder_gave_up(self) -> str | None:
+        """Why the run's builder gave up on a build, if it did so since this watcher (the trainer) started, else None:
+        how a standalone builder's failure reaches the trainer (``realm.index.build_failure``)."""
+        return builder_gave_up(self.run_dir, self._created)
 
     # ------------------------------------------------------------------------------------------ thread side
 

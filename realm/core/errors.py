@@ -3,10 +3,10 @@
 Every error of that kind derives from ``UserError``: a bad config or override (``ConfigError``), a malformed data
 file (``DataFileError``), a missing or unreadable input (``MissingFileError``, ``InputError``), a run directory,
 checkpoint or index that cannot be used (``RunError``, ``IndexVersionError``), a bad argument (``ArgumentError``), an
-optional package the chosen setting needs (``MissingPackageError``). Its message says what and where.
-``run_command`` is the one place that turns them into ``PROG: error: MESSAGE`` on stderr and exit code 2; every
-entry point (the ``realm`` command and each process's ``python -m``) goes through it. Anything else is a bug and
-keeps its traceback.
+optional package the chosen setting needs (``MissingPackageError``), a full or read-only disk (``DiskError``). Its
+message says what and where. ``run_command`` is the one place that turns them into ``PROG: error: MESSAGE`` on stderr
+and exit code 2; every entry point (the ``realm`` command and each process's ``python -m``) goes through it. Anything
+else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ class RunError(UserError, RuntimeError):
 
 class MissingPackageError(UserError, ImportError):
     """An optional package the chosen setting needs is not installed; the message says what to install."""
+
+
+class DiskError(UserError, OSError):
+    """A write that failed for want of space or permission (a full disk or quota, a read-only or foreign folder);
+    the message names the path and says that the run resumes once that is fixed (``realm.core.atomic.disk_writes``)."""
 
 
 def run_command(prog: str, entry: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:

@@ -19,11 +19,12 @@ import numpy as np
 import torch
 from transformers import AutoTokenizer
 
+from realm.core.atomic import disk_writes
 from realm.core.precision import DTYPES, resolve_precision, set_attention
 from realm.data.packing import SpecialIds
 from realm.index import versions
 from realm.index.budget import plan_index
-from realm.index.embedding import embed_blocks
+from realm.index.embedding import embed_blocks, output_memmap
 from realm.index.gpu import num_gpus
 from realm.index.mips import FaissIndex, IndexConfig
 from realm.models.retriever import Embedder, Retriever
@@ -99,25 +100,27 @@ def publish_new_version(
 ) -> Path:
     """The end of every build: ``write_embeddings(path)`` fills a staging ``embeddings.npy`` (and returns extra
     manifest fields); it is indexed, published as ``index/v-{export_step}``, made CURRENT, and exports older than it
-    are removed. Any failure (or a stop) removes the staging folder and leaves CURRENT as it was."""
-    staging = publication.new_staging(layout.index_dir(run_dir))
-    try:
-        extra = write_embeddings(staging / versions.EMBEDDINGS_FILE)
-        version = publish_embeddings(
-            run_dir,
-            staging,
-            step=export_step,
-            weights_sha256=export["weights_sha256"],
-            corpus_fingerprint=blocks_fingerprint(blocks),
-            cfg=cfg,
-            started=started,
-            extra={"blocks": export["blocks"], "max_block_length": export["max_block_length"], **extra},
-        )
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    activate(run_dir, version, keep_versions)
-    remove_older_exports(run_dir, export_step)
+    are removed. Any failure (or a stop) removes the staging folder and leaves CURRENT as it was; a full or read-only
+    disk is a ``DiskError`` naming the file."""
+    with disk_writes(layout.index_dir(run_dir)):
+        staging = publication.new_staging(layout.index_dir(run_dir))
+        try:
+            extra = write_embeddings(staging / versions.EMBEDDINGS_FILE)
+            version = publish_embeddings(
+                run_dir,
+                staging,
+                step=export_step,
+                weights_sha256=export["weights_sha256"],
+                corpus_fingerprint=blocks_fingerprint(blocks),
+                cfg=cfg,
+                started=started,
+                extra={"blocks": export["blocks"], "max_block_length": export["max_block_length"], **extra},
+            )
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        activate(run_dir, version, keep_versions)
+        remove_older_exports(run_dir, export_step)
     return version
 
 
@@ -153,9 +156,7 @@ def build_index_version(
     special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
 
     def embed(path: Path) -> dict:
-        out = np.lib.format.open_memmap(
-            path, mode="w+", dtype=np.float32, shape=(len(blocks), embedder.projection.out_features)
-        )
+        out = output_memmap(path, (len(blocks), embedder.projection.out_features))
         embed_blocks(
             embedder, blocks, special, export["max_block_length"], batch_size, out, device, should_stop=should_stop
         )

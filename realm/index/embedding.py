@@ -9,9 +9,12 @@ it when the model is on a GPU, while the forward pass of the batch before runs: 
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Callable
 
 import datasets
@@ -19,6 +22,7 @@ import numpy as np
 import pyarrow.compute as pc
 import torch
 
+from realm.core.atomic import check_free_space, disk_writes
 from realm.core.logging import progress
 from realm.core.prefetch import Prefetcher
 from realm.data.packing import SpecialIds, block_batch
@@ -30,10 +34,32 @@ _LENGTH_BATCH = 1 << 16
 _LOG_INTERVAL_S = 30.0
 _READ_BATCHES = 16  # batches per Arrow read: large reads amortise the gather, 16 keep the token lists small
 _PREFETCH_DEPTH = 4
+_NPY_HEADER_BYTES = 4096
+_NO_FALLOCATE = {errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS}
+"""posix_fallocate's answers on a filesystem that cannot reserve space (the free-space check is then all there is)."""
 
 
 class BuildCancelled(RuntimeError):
     """Raised between batches when the builder was asked to stop (SIGTERM); the caller discards its staging."""
+
+
+def output_memmap(path: Path, shape: tuple[int, ...], dtype: np.dtype | type = np.float32) -> np.memmap:
+    """A new ``.npy`` file of ``shape`` mapped for writing, its disk space checked and reserved before anything is
+    written: a write through a memory map to a disk that has run out of space ends the process with SIGBUS (no error,
+    no log line), so a short disk is a ``DiskError`` here instead."""
+    num_bytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    check_free_space(path, num_bytes + _NPY_HEADER_BYTES)
+    with disk_writes(path):
+        out = np.lib.format.open_memmap(path, mode="w+", dtype=dtype, shape=shape)
+        try:
+            # note: open_memmap makes a sparse file; allocating its blocks now means no later write can find the disk
+            # full (the free-space check alone races with other writers of the disk, such as the trainer's checkpoints)
+            with open(path, "r+b") as f:
+                os.posix_fallocate(f.fileno(), 0, os.fstat(f.fileno()).st_size)
+        except OSError as err:
+            if err.errno not in _NO_FALLOCATE:
+                raise
+    return out
 
 
 def block_lengths(blocks: datasets.Dataset, max_block_length: int) -> np.ndarray:

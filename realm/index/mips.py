@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from realm.core.atomic import disk_writes
 from realm.index import gpu as index_gpu
 
 logger = logging.getLogger(__name__)
@@ -246,7 +247,9 @@ class FaissIndex:
         return self.index.reconstruct_batch(np.ascontiguousarray(ids, dtype=np.int64))
 
     def save(self, path: str | Path) -> None:
-        faiss.write_index(index_gpu.to_cpu(self.index) if self.on_gpu else self.index, str(path))
+        """Writes the index to ``path``; a full or read-only disk is a ``DiskError`` (faiss names it only in text)."""
+        with disk_writes(path):
+            faiss.write_index(index_gpu.to_cpu(self.index) if self.on_gpu else self.index, str(path))
 
     @property
     def num_vectors(self) -> int:

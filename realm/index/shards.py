@@ -39,7 +39,7 @@ import torch
 
 from realm.core.atomic import fsync_path, write_text_atomic
 from realm.data.packing import SpecialIds
-from realm.index.embedding import embed_blocks
+from realm.index.embedding import embed_blocks, output_memmap
 from realm.models.retriever import Embedder
 
 logger = logging.getLogger(__name__)
@@ -189,7 +189,7 @@ def write_shard(
     fsync_path(folder)
     started = time.monotonic()
     shape = (key.row_end - key.row_start, key.dim)
-    out = np.lib.format.open_memmap(data, mode="w+", dtype=np.dtype(key.dtype), shape=shape)
+    out = output_memmap(data, shape, np.dtype(key.dtype))
     fill(out)
     out.flush()
     seconds = time.monotonic() - started
@@ -237,7 +237,7 @@ def assemble(folder: Path, keys: list[ShardKey], out_path: Path) -> list[ShardMa
     if starts[0] != 0 or starts[1:] != ends[:-1]:
         raise ShardError(f"{folder}: shards do not tile the rows contiguously: {list(zip(starts, ends))}")
     dim, dtype = markers[0].key.dim, np.dtype(markers[0].key.dtype)
-    out = np.lib.format.open_memmap(out_path, mode="w+", dtype=dtype, shape=(ends[-1], dim))
+    out = output_memmap(out_path, (ends[-1], dim), dtype)
     for marker in markers:
         key = marker.key
         data, marker_path = _paths(folder, key.rank, key.world_size)

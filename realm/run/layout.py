@@ -16,6 +16,9 @@ RUN/
                                 (realm.index.versions)
   index/CURRENT                 name of the live version folder, replaced atomically with os.replace
   index/.staging-<uuid>/        a build in progress: never read, removed when the builder starts
+  index/BUILD_FAILED            why the builder gave up on a build (JSON; BUILD_FAILED, realm.index.build_failure):
+                                written atomically before it exits, removed when a builder starts; a trainer waiting
+                                for an index stops with its reason
   */.trash-<uuid>/              a removal a kill cut short: never read, removed by any process (clean_trash)
   DONE                          the trainer has finished, so a standalone builder may exit
   .trainer.lock                 held by the run's trainer (one per run; TRAINER_LOCK), its pid written in it
@@ -33,6 +36,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from realm.core.atomic import disk_writes
 from realm.core.errors import RunError
 from realm.run.publication import (
     check_files,
@@ -59,6 +63,7 @@ logger = logging.getLogger(__name__)
 CHECKPOINTS_DIR, CHECKPOINT_PREFIX = "checkpoints", "step-"
 RETRIEVER_DIR, RETRIEVER_PREFIX = "retriever", "step-"
 INDEX_DIR, INDEX_PREFIX = "index", "v-"
+BUILD_FAILED = "BUILD_FAILED"
 DONE = "DONE"
 CONFIG_FILE, METRICS_FILE, RETRIEVALS_FILE = "config.yaml", "metrics.jsonl", "retrievals.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -151,7 +156,8 @@ def export_retriever(
     final = parent / folder_name(RETRIEVER_PREFIX, step)
     staging = new_staging(parent)
     try:
-        retriever.save_pretrained(staging)
+        with disk_writes(staging):
+            retriever.save_pretrained(staging)
         weights = _weights_sha256(staging / "doc")
         existing = read_manifest(final)
         if existing is not None and existing.get("weights_sha256") == weights:

@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from realm.core.atomic import fsync_path, write_text_atomic
+from realm.core.atomic import disk_writes, fsync_path, write_text_atomic
 from realm.core.errors import RunError
 
 logger = logging.getLogger(__name__)
@@ -58,9 +58,10 @@ def _fsync_tree(folder: Path) -> None:
 def new_staging(parent: Path) -> Path:
     """Creates and returns an empty ``parent/.staging-<uuid>`` folder (``parent`` is created if needed)."""
     parent = Path(parent)
-    parent.mkdir(parents=True, exist_ok=True)
     staging = parent / f"{STAGING_PREFIX}{uuid.uuid4().hex}"
-    staging.mkdir()
+    with disk_writes(parent):
+        parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
     return staging
 
 
@@ -75,14 +76,15 @@ def publish_folder(staging: Path, final: Path, manifest: dict[str, Any]) -> Path
         raise FileExistsError(f"{final} already exists; published folders are never overwritten")
     if (staging / MANIFEST).exists():
         raise ValueError(f"{staging} already holds a {MANIFEST}; it must be written last, by publish_folder")
-    _fsync_tree(staging)
-    with open(staging / MANIFEST, "w") as f:
-        json.dump(manifest, f, indent=2, sort_keys=True)
-        f.flush()
-        os.fsync(f.fileno())
-    fsync_path(staging)
-    os.rename(staging, final)
-    fsync_path(final.parent)  # note: makes the rename itself durable
+    with disk_writes(final.parent):
+        _fsync_tree(staging)
+        with open(staging / MANIFEST, "w") as f:
+            json.dump(manifest, f, indent=2, sort_keys=True)
+            f.flush()
+            os.fsync(f.fileno())
+        fsync_path(staging)
+        os.rename(staging, final)
+        fsync_path(final.parent)  # note: makes the rename itself durable
     return final
 
 
@@ -269,9 +271,11 @@ def exclusive_lock(path: Path, timeout_s: float = 0.0, refusal: str = "") -> Ite
     covers a holder that is shutting down (an orphaned builder).
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with disk_writes(path):  # note: a lock is the first write of a process to its run: a read-only one fails here
+        path.parent.mkdir(parents=True, exist_ok=True)
+        f = open(path, "a+")
     deadline = time.monotonic() + timeout_s
-    with open(path, "a+") as f:
+    with f:
         while True:
             try:
                 fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -285,10 +289,11 @@ def exclusive_lock(path: Path, timeout_s: float = 0.0, refusal: str = "") -> Ite
                 time.sleep(0.2)
         # note: the pid is only for the message of a process refused while this one holds the lock (a holder that
         # died leaves its pid behind, but then the lock is free and the next holder writes its own)
-        f.seek(0)
-        f.truncate()
-        f.write(f"{os.getpid()}\n")
-        f.flush()
+        with disk_writes(path):
+            f.seek(0)
+            f.truncate()
+            f.write(f"{os.getpid()}\n")
+            f.flush()
         try:
             yield
         finally:

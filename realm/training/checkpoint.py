@@ -23,6 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import Tensor
 
+from realm.core.atomic import disk_writes
 from realm.core.config import save_config
 from realm.core.errors import MissingFileError, RunError
 from realm.run.layout import CHECKPOINT_PREFIX, CONFIG_FILE, EXPORT_STEP, INDEX_STEP, checkpoints_dir
@@ -54,7 +55,18 @@ def save_checkpoint(
     """Writes the checkpoint of ``step`` under a staging name, publishes it, then prunes to the newest ``keep``.
 
     ``rank_tensors``: this process's own tensors (each process passes its own), read back by ``load_rank_tensors``.
+    A full or read-only disk is a ``DiskError`` naming the path: nothing of ``step`` is published, and the run
+    resumes from the checkpoint before it.
     """
+    # note: torch.save (the optimizer's state, through accelerate) reports a failed write without its errno
+    with disk_writes(checkpoints_dir(run_dir), opaque_writer=True):
+        return _write_checkpoint(accelerator, run_dir, step, state, config, keep, scheduler, rank_tensors)
+
+
+def _write_checkpoint(
+    accelerator, run_dir: str | Path, step: int, state: dict[str, Any], config: Any, keep: int, scheduler,
+    rank_tensors: dict[str, Tensor] | None,
+) -> Path:  # fmt: skip
     parent = checkpoints_dir(run_dir)
     # note: a step-derived staging name (not a uuid) so every rank writes into the same folder.
     staging = parent / f"{STAGING_PREFIX}{folder_name(CHECKPOINT_PREFIX, step)}"

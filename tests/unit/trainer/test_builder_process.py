@@ -122,3 +122,21 @@ def test_a_child_builder_that_dies_is_restarted_then_the_run_stops(tmp_path, cap
         with pytest.raises(RuntimeError, match="exited with code 2 \\(restarted 2 times already\\)"):
             child.check()
     assert "config file not found" in (tmp_path / "builder.log").read_text()
+
+
+def test_a_child_builder_that_gave_up_is_not_restarted_and_its_recorded_reason_stops_the_run(tmp_path):
+    """A builder that gave up (retries spent, or an error retrying cannot fix) records why and exits: restarting it
+    would fail the same way, so the trainer stops at once with the builder's reason in its one line."""
+    from realm.core.errors import UserError
+    from realm.index.build_failure import record_build_failure
+    from realm.trainer.builder_process import ChildBuilder
+
+    cfg = RefreshConfig(spawn_builder=True, builder_config=str(tmp_path / "missing.yaml"), builder_restarts=2)
+    child = ChildBuilder(cfg, tmp_path, [], num_trainers=1)
+    child.start()
+    reason = "gave up building the index of retriever step 4 after 4 attempts: /r/index: no space left on device"
+    record_build_failure(tmp_path, 4, reason)  # what the builder writes before it exits
+    child.process.wait(timeout=60)
+    with pytest.raises(UserError) as caught:
+        child.check()
+    assert str(caught.value).startswith(f"the index builder {reason}") and child.restarts == 0

@@ -8,9 +8,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from realm.core.errors import UserError
 from realm.pretrain.refresh import RefreshConfig
 from realm.trainer.builder_process import ChildBuilder
 from realm.trainer.index_sync import IndexSync, RunTotals
+from realm.trainer.index_watcher import IndexWatcher
 
 
 class FakeWatcher:
@@ -27,6 +29,9 @@ class FakeWatcher:
     def take(self):
         with self.lock:
             return self.loaded.pop() if self.loaded else None
+
+    def builder_gave_up(self) -> None:
+        return None  # note: no builder failure recorded in the run
 
     def wait_for(self, min_step: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s
@@ -102,6 +107,24 @@ def test_no_index_within_the_timeout_is_an_error(tmp_path):
     sync, _ = _sync(tmp_path)
     with pytest.raises(TimeoutError, match="no index of step >= 0 appeared"):
         sync.wait_for_index(0, step=0, timeout_s=0.5)
+
+
+def test_a_builder_that_gave_up_ends_the_wait_at_once_with_its_reason_and_an_older_record_is_ignored(tmp_path):
+    """A standalone builder's failure reaches the trainer through the record in the run (``index/BUILD_FAILED``); one
+    written before this trainer started (a failure the user has since fixed) does not stop it."""
+    from realm.index.build_failure import record_build_failure
+
+    record_build_failure(tmp_path, 0, "gave up building the index of retriever step 0: an earlier failure")
+    watcher = IndexWatcher(tmp_path, 0.05)
+    accelerator = SimpleNamespace(num_processes=1, is_main_process=True)
+    sync = IndexSync(tmp_path, accelerator, watcher, RunTotals(), lambda: None)
+    reason = "gave up building the index of retriever step 0 after 4 attempts: /r/index: no space left on device"
+    threading.Timer(1.5, record_build_failure, args=(tmp_path, 0, reason)).start()
+    started = time.monotonic()
+    with pytest.raises(UserError) as caught:
+        sync.wait_for_index(0, step=0, timeout_s=60)
+    assert 1.4 < time.monotonic() - started < 5
+    assert str(caught.value).startswith(f"the index builder {reason}") and "\n" not in str(caught.value)
 
 
 def test_reproducible_swaps_go_live_at_their_step_whatever_the_builder_speed(tmp_path):
