@@ -26,11 +26,9 @@ from typing import Any
 
 import datasets
 import torch
-from transformers import AutoTokenizer
 
 from realm.core.precision import resolve_precision
-from realm.data.packing import SpecialIds
-from realm.index.build_version import load_doc_embedder, publish_new_version
+from realm.index.build_version import load_build_inputs, load_doc_embedder, publish_new_version
 from realm.index.builder_group import BuilderGroup, PeerError, check_reports, shard_report
 from realm.index.embedding import block_lengths
 from realm.index.mips import IndexConfig
@@ -95,8 +93,7 @@ def _embed_own_shard(
 
     def compute() -> dict[str, Any]:
         embedder = load_doc_embedder(export_path, device, precision, export["max_block_length"])
-        blocks = datasets.load_from_disk(export["blocks"])
-        special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
+        blocks, special = load_build_inputs(export)
         key = shard_keys(blocks, export, embedder.projection.out_features, group.world_size)[group.rank]
         folder = shard_folder(layout.index_dir(run_dir), export["weights_sha256"])
         marker, reused = embed_shard(embedder, blocks, special, key, folder, batch_size, device, should_stop)

@@ -17,11 +17,12 @@ from typing import Callable
 import datasets
 import numpy as np
 import torch
-from transformers import AutoTokenizer
 
 from realm.core.atomic import disk_writes
 from realm.core.precision import DTYPES, resolve_precision, set_attention
+from realm.data.blocks import load_blocks
 from realm.data.packing import SpecialIds
+from realm.data.vocab import load_tokenizer
 from realm.index import versions
 from realm.index.budget import plan_index
 from realm.index.embedding import embed_blocks, output_memmap
@@ -88,6 +89,14 @@ def publish_embeddings(
     )
 
 
+def load_build_inputs(export: dict) -> tuple[datasets.Dataset, SpecialIds]:
+    """The blocks and special ids an export names, checked as every command checks them (``load_tokenizer``;
+    ``load_blocks``: an Arrow file cut short, or a wordpiece id outside the vocabulary, is a one-line ``CorpusError``
+    naming the file, which the builder does not retry, instead of an ``IndexError`` deep in the embedder)."""
+    tokenizer = load_tokenizer(export["tokenizer"])
+    return load_blocks(export["blocks"], tokenizer), SpecialIds.of(tokenizer)
+
+
 def publish_new_version(
     run_dir: str | Path,
     export_step: int,
@@ -152,8 +161,7 @@ def build_index_version(
 
     precision = resolve_precision(precision, torch.device(device).type)  # note: once; the manifest records it
     embedder = load_doc_embedder(export_path, device, precision, export["max_block_length"])
-    blocks = datasets.load_from_disk(export["blocks"])
-    special = SpecialIds.of(AutoTokenizer.from_pretrained(export["tokenizer"]))
+    blocks, special = load_build_inputs(export)
 
     def embed(path: Path) -> dict:
         out = output_memmap(path, (len(blocks), embedder.projection.out_features))
