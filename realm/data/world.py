@@ -5,8 +5,8 @@ names). The knowledge corpus Z states each fact once, in an encyclopaedic articl
 facts of the training entities again in *different* wordings, one fact per short sentence, with the fact's character
 offsets so that salient-span masking can hide it. The facts of held-out entities never appear in X: a model can only
 predict them (``heldout.jsonl``) or answer questions about them (``questions.jsonl``) by retrieving their article,
-which is what a REALM retriever must learn; the warm start never reads those articles (``heldout_articles.txt``),
-though retrieval may. Everything is drawn from ``random.Random(seed)``, so one seed always gives byte-identical
+which is what a REALM retriever must learn. ``heldout_articles.txt`` lists those articles, for a warm start that
+skips them (``realm demo --clean-warm-start``; by default the demo's warm start reads every article, docs/evidence.md). Everything is drawn from ``random.Random(seed)``, so one seed always gives byte-identical
 files.
 
 Names are built from syllables and never equal a word of the templates nor one of the rule tagger's stop words, so

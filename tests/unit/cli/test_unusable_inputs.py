@@ -5,6 +5,7 @@ stderr that names the file and says what to do, with exit code 2 and no tracebac
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -26,11 +27,18 @@ from realm.training.checkpoint import resolve_resume
 from tests.helpers import make_run
 
 
+LOG_RECORD = re.compile(r"^\d\d:\d\d:\d\d \[realm ")
+"""A log record's line (``realm.core.logging``'s format): progress the command logged before it failed, which
+reaches stderr when an earlier test in the same worker process set up the CLI's log handler."""
+
+
 def _error_line(capsys: pytest.CaptureFixture) -> str:
-    """The one line a command wrote to stderr (it fails the test on a traceback or any other line)."""
+    """The one line a command wrote to stderr besides its log records (it fails the test on a traceback or any
+    other line)."""
     err = capsys.readouterr().err
-    assert "Traceback" not in err and err.count("\n") == 1, err
-    return err.rstrip("\n")
+    lines = [line for line in err.splitlines() if not LOG_RECORD.match(line)]
+    assert "Traceback" not in err and len(lines) == 1, err
+    return lines[0]
 
 
 def _saved_run(tmp_path: Path) -> tuple[Path, Path, Path]:

@@ -84,8 +84,8 @@ def test_the_demo_runs_its_stages_in_the_pretraining_shape_and_writes_the_summar
     summary = demo.run_demo(cfg)
     assert seen["world"][:3] == (0, 50, 500) and seen["warm"][1]["num_layers"] == 3
     assert seen["pretrain"].train.max_steps == 4 and "finetune" in seen
-    # the reader warm-up and ICT skip the held-out entities' articles
-    assert seen["warm"][2]["heldout_articles"] == str(tmp_path / "run" / "world" / "heldout_articles.txt")
+    # by default the reader warm-up and ICT read every article (DemoConfig.warm_start_reads_heldout)
+    assert "heldout_articles" not in seen["warm"][2]
     assert summary["qa_exact_match_end"] == 0.3 and summary["pretrain_steps"] == 4
     assert list(summary["stage_seconds"]) == ["data_s", "warmup_s", "ict_s", "pretrain_s", "qa_s"]
     assert json.loads((tmp_path / "run" / SUMMARY_FILE).read_text())["heldout_accuracy_retrieval"] == 0.5
@@ -94,3 +94,17 @@ def test_the_demo_runs_its_stages_in_the_pretraining_shape_and_writes_the_summar
 def test_no_qa_steps_skips_fine_tuning(seen, tmp_path):
     cfg = demo.DemoConfig(out=str(tmp_path), qa_steps=0, **CONFIGS, warm_start=WarmStartConfig(**WARM))
     assert "qa_exact_match_end" not in demo.run_demo(cfg) and "finetune" not in seen
+
+
+def test_a_clean_warm_start_skips_the_held_out_entities_articles(seen, tmp_path):
+    cfg = demo.DemoConfig(out=str(tmp_path / "run"), num_entities=50, vocab_size=500, pretrain_steps=4, **CONFIGS,
+                          warm_start=WarmStartConfig(**WARM), warm_start_reads_heldout=False)  # fmt: skip
+    demo.run_demo(cfg)
+    assert seen["warm"][2]["heldout_articles"] == str(tmp_path / "run" / "world" / "heldout_articles.txt")
+
+
+def test_realm_demo_clean_warm_start_flag_turns_the_held_out_articles_off():
+    from realm.cli.demo import demo_config, parse_args
+
+    assert demo_config(*parse_args([])).warm_start_reads_heldout
+    assert not demo_config(*parse_args(["--clean-warm-start"])).warm_start_reads_heldout
