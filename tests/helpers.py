@@ -43,6 +43,19 @@ def bench_module(stem: str, name: str = "") -> ModuleType:
     return module
 
 
+SMALL_TEXTS = ["Ada Lovelace worked with Charles Babbage.", "The Analytical Engine was a proposed computer."] * 3
+"""A corpus small enough to train a vocabulary on in milliseconds (``small_tokenizer``)."""
+
+
+def small_tokenizer(folder: Path) -> Path:
+    """A WordPiece vocabulary of up to 80 entries trained on ``SMALL_TEXTS`` into ``folder`` (all of ``realm vocab``'s
+    files: what the tokenizer-folder tests take files away from)."""
+    from realm.data.vocab import train_wordpiece
+
+    train_wordpiece(SMALL_TEXTS, 80, folder, min_frequency=1)
+    return folder
+
+
 def make_run(tmp_path: Path, num_blocks: int, max_body: int = 30) -> tuple[Path, Path, Path]:
     """(run_dir, blocks_path, tokenizer_path) with a 40-word vocab and ``num_blocks`` random blocks."""
     words = [f"w{i}" for i in range(40)]

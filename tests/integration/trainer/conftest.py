@@ -2,9 +2,15 @@
 
 import pytest
 
+from realm.core.logging import read_metrics
 from tests.helpers import data_overrides, run_module
 
 TINY = "configs/pretrain/tiny.yaml"
+
+
+def per_step(run, key):
+    """``{step: value}`` of ``key`` in the run's ``metrics.jsonl`` (what the resume tests compare step by step)."""
+    return {r["step"]: r[key] for r in read_metrics(run / "metrics.jsonl") if key in r}
 
 
 @pytest.fixture(scope="session")

@@ -14,14 +14,11 @@ import pytest
 
 from realm.core.logging import read_metrics
 from tests.helpers import ROOT, builder_pids, run_module, subprocess_env
+from tests.integration.trainer.conftest import per_step
 
 pytestmark = pytest.mark.slow
 TRIALS = 2
 SEED = 1234
-
-
-def _per_step(run, key):
-    return {r["step"]: r[key] for r in read_metrics(run / "metrics.jsonl") if key in r}
 
 
 def test_trainer_killed_at_random_moments_leaves_no_process_and_resumes_exactly(straight, tmp_path):
@@ -37,7 +34,7 @@ def test_trainer_killed_at_random_moments_leaves_no_process_and_resumes_exactly(
         )  # fmt: skip
         try:
             deadline = time.monotonic() + 120
-            while max(_per_step(run, "train/loss") or [0]) < kill_after and trainer.poll() is None:
+            while max(per_step(run, "train/loss") or [0]) < kill_after and trainer.poll() is None:
                 assert time.monotonic() < deadline, f"trial {trial}: the trainer never reached step {kill_after}"
                 time.sleep(0.05)
             time.sleep(extra_delay)
@@ -53,7 +50,7 @@ def test_trainer_killed_at_random_moments_leaves_no_process_and_resumes_exactly(
                 os.kill(pid, signal.SIGKILL)
         run_module("realm.trainer.pretrain", *common, f"--train.run_dir={run}")
         for key in ("train/loss", "index/version"):
-            a, b = _per_step(straight, key), _per_step(run, key)
+            a, b = per_step(straight, key), per_step(run, key)
             assert sorted(a) == sorted(b) == list(range(1, 7)), (trial, key)
             for step in a:
                 assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), (trial, key, step, kill_after)
@@ -76,7 +73,7 @@ def test_builder_killed_while_the_trainer_waits_for_an_index_is_restarted_and_th
     try:
         for kill_at_step in (0, random.Random(SEED).randint(1, 3)):
             deadline = time.monotonic() + 120
-            while not builder_pids(run) or max(_per_step(run, "train/loss") or [0]) < kill_at_step:
+            while not builder_pids(run) or max(per_step(run, "train/loss") or [0]) < kill_at_step:
                 assert trainer.poll() is None, "the trainer stopped before the builder was killed"
                 assert time.monotonic() < deadline, f"no builder and step {kill_at_step} within 120 s"
                 time.sleep(0.02)
@@ -91,7 +88,7 @@ def test_builder_killed_while_the_trainer_waits_for_an_index_is_restarted_and_th
     # note: the first kill is always noticed in the wait; the second, at the latest at the next step's check
     assert 1 <= stderr.count("restarting it") <= 2
     for key in ("train/loss", "index/version"):
-        a, b = _per_step(straight, key), _per_step(run, key)
+        a, b = per_step(straight, key), per_step(run, key)
         assert sorted(a) == sorted(b) == list(range(1, 7)), key
         for step in a:
             assert b[step] == pytest.approx(a[step], rel=1e-5, abs=1e-6), (key, step)

@@ -16,13 +16,9 @@ from realm.core.logging import read_metrics
 from realm.run.layout import TRAINER_LOCK
 from realm.run.publication import exclusive_lock, read_manifest
 from tests.helpers import ROOT, _free_port, builder_pids, data_overrides, subprocess_env
-from tests.integration.trainer.conftest import TINY
+from tests.integration.trainer.conftest import TINY, per_step
 
 pytestmark = pytest.mark.slow
-
-
-def _per_step(run, key):
-    return {r["step"]: r[key] for r in read_metrics(run / "metrics.jsonl") if key in r}
 
 
 def test_a_second_trainer_on_a_live_run_is_refused_in_one_line_and_the_first_run_is_untouched(straight, tmp_path):
@@ -53,7 +49,7 @@ def test_a_second_trainer_on_a_live_run_is_refused_in_one_line_and_the_first_run
     assert first.returncode == 0, first_err[-3000:]
     assert yaml.safe_load((run / "config.yaml").read_text())["train"]["seed"] == 0  # the second wrote no config
     for key in ("train/loss", "index/version"):
-        expected, found = _per_step(straight_run, key), _per_step(run, key)
+        expected, found = per_step(straight_run, key), per_step(run, key)
         assert sorted(found) == sorted(expected) == list(range(1, 7)), key
         for step in expected:
             assert found[step] == pytest.approx(expected[step], rel=1e-5, abs=1e-6), (key, step)

@@ -8,12 +8,9 @@ from realm.core.logging import read_metrics
 from realm.run.layout import checkpoints_dir, index_dir
 from realm.run.publication import remove_folder
 from tests.helpers import run_module
+from tests.integration.trainer.conftest import per_step
 
 pytestmark = pytest.mark.slow
-
-
-def _per_step(run, key):
-    return {r["step"]: r[key] for r in read_metrics(run / "metrics.jsonl") if key in r}
 
 
 def test_a_resume_at_a_refresh_step_trains_the_next_steps_on_that_steps_export(straight, tmp_path):
@@ -30,7 +27,7 @@ def test_a_resume_at_a_refresh_step_trains_the_next_steps_on_that_steps_export(s
                "--keep_versions=1")  # fmt: skip
     run_module("realm.trainer.pretrain", *common, f"--train.run_dir={run}", every4)  # resumes from checkpoint 4
     for key in ("index/version", "train/loss"):
-        expected, found = _per_step(straight_run, key), _per_step(run, key)
+        expected, found = per_step(straight_run, key), per_step(run, key)
         assert sorted(found) == sorted(expected) == list(range(1, 7)), key
         assert [(s, found[s]) for s in found if found[s] != pytest.approx(expected[s], rel=1e-5, abs=1e-6)] == [], key
     steps = [r["step"] for r in read_metrics(run / "metrics.jsonl") if "train/loss" in r]

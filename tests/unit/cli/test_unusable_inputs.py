@@ -19,12 +19,12 @@ from realm.cli.main import main
 from realm.core.config import load_config, save_config
 from realm.core.errors import RunError
 from realm.data.blocks import BLOCKS_MANIFEST, load_blocks
-from realm.data.vocab import load_tokenizer, tokenizer_fingerprint, train_wordpiece
+from realm.data.vocab import load_tokenizer, tokenizer_fingerprint
 from realm.pretrain.config import PretrainConfig
 from realm.run import layout
 from realm.run.publication import file_entries, new_staging, publish_folder
 from realm.training.checkpoint import resolve_resume
-from tests.helpers import make_run
+from tests.helpers import SMALL_TEXTS, make_run, small_tokenizer
 
 
 LOG_RECORD = re.compile(r"^\d\d:\d\d:\d\d \[realm ")
@@ -90,14 +90,12 @@ def test_no_verified_checkpoint_still_advises_resume_never_to_the_trainer(tmp_pa
 
 # ---------------------------------------------------------------------------------------------- tokenizers
 
-TEXTS = ["Ada Lovelace worked with Charles Babbage.", "The Analytical Engine was a proposed computer."] * 3
+TEXTS = SMALL_TEXTS
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tok") / "tok"
-    train_wordpiece(TEXTS, 80, folder, min_frequency=1)
-    return folder
+    return small_tokenizer(tmp_path_factory.mktemp("tok") / "tok")
 
 
 def _blocks_argv(tmp_path: Path, tokenizer: Path) -> list[str]:

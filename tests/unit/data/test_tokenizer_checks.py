@@ -16,16 +16,15 @@ from realm.core.errors import UserError
 from realm.data.blocks import build_blocks
 from realm.data.corpus import Document
 from realm.data.sentences import prepare_sentences
-from realm.data.vocab import check_reads_text, load_tokenizer, train_wordpiece
+from realm.data.vocab import check_reads_text, load_tokenizer
+from tests.helpers import SMALL_TEXTS, small_tokenizer
 
-TEXTS = ["Ada Lovelace worked with Charles Babbage.", "The Analytical Engine was a proposed computer."] * 3
+TEXTS = SMALL_TEXTS
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    folder = tmp_path_factory.mktemp("tok") / "tok"
-    train_wordpiece(TEXTS, 80, folder, min_frequency=1)
-    return folder
+    return small_tokenizer(tmp_path_factory.mktemp("tok") / "tok")
 
 
 def _without(folder: Path, name: str, out: Path) -> Path:
