@@ -93,8 +93,8 @@ def forward_flops(c: BertConfig, num_seqs: int, seq_len: int, embed_dim: int) ->
 def make_corpus(root: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     """A random corpus whose bodies nearly fill the block (as REALM's do), and a matching WordPiece vocabulary."""
     vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *[f"w{i}" for i in range(args.vocab - 5)]]
-    (root / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    BertTokenizer(vocab_file=str(root / "vocab.txt")).save_pretrained(root / "tokenizer")
+    # note: vocab= (a dict), not vocab_file=, which transformers 5 ignores (leaving the 5 special tokens alone)
+    BertTokenizer(vocab={piece: i for i, piece in enumerate(vocab)}).save_pretrained(root / "tokenizer")
     rng = np.random.default_rng(0)
     n = args.blocks
     lengths = rng.integers(max(1, args.body_len - 16), args.body_len + 1, n)
