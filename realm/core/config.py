@@ -53,6 +53,13 @@ class _Origins:
         inside = [arg for path, arg in self.overrides.items() if not key or path.startswith(f"{key}.")]
         return [whole] if whole else inside
 
+    def raw(self, key: str) -> str | None:
+        """The text an override gave ``key`` itself (after ``=``), or None when no override set exactly it."""
+        arg = self.overrides.get(key)
+        if arg is None:
+            return None
+        return arg.partition("=")[2] if "=" in arg.split(" ", 1)[0] else arg.split(" ", 1)[1]
+
     def key(self, key: str) -> str:
         """How an error names the value at ``key`` ("" for the whole config)."""
         arg = self._set_by(key)
@@ -128,6 +135,10 @@ def _coerce(value: Any, tp: Any, key: str, origins: _Origins) -> Any:
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
         return value
     if tp is str:
+        if not isinstance(value, str) and isinstance(value, (bool, int, float)) and origins.raw(key) is not None:
+            # note: an override's text reads as YAML, so `--train.run_dir=nan` or `=2024` arrive as numbers; a string
+            # field takes the text as typed
+            return origins.raw(key)
         if not isinstance(value, str):
             raise ConfigError(f"{where}: expected a string, got {value!r}")
         return value

@@ -48,3 +48,13 @@ def test_realm_train_refuses_a_nan_learning_rate_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err == "realm train: error: override --optim.lr=nan: nan is not a finite number\n"
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("argv", [["--train.run_dir=nan"], ["--train.run_dir=2024"], ["--train.run_dir", "1e3"],
+                                  ["--tracking.run_name=true"]])  # fmt: skip
+def test_a_string_field_takes_an_overrides_text_as_typed_even_when_it_reads_as_a_number(argv):
+    """A run directory named ``nan`` broke the child builder (its ``--tracking.run_name=nan`` became a float)."""
+    cfg = load_config(PretrainConfig, None, argv)
+    key, value = (argv[0].removeprefix("--").split("=") + argv[1:])[:2]
+    section, name = key.split(".")
+    assert getattr(getattr(cfg, section), name) == value
