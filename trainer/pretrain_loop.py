@@ -163,7 +163,8 @@ class Trainer:
         if self.accelerator.is_main_process:
             clear_done(self.run_dir)
             clean_staging(retriever_dir(self.run_dir))  # exports a crashed trainer left half-written
-            discard_after(self.run_dir, self.step)  # exports and indexes a killed run made after this checkpoint
+            # exports and indexes a killed run made after this checkpoint (a fresh start asked for: all of them)
+            discard_after(self.run_dir, -1 if cfg.train.resume == "never" else self.step)
         if self._needs_initial_export():
             self.export_retriever()
         if self.builder is not None:

@@ -120,7 +120,9 @@ def set_aside(path: Path, why: str) -> Path:
 def resolve_resume(run_dir: str | Path, resume: str, set_aside_rejected: bool = False, *,
                    none_verified: str = "rerun with --train.resume=never to start over") -> Path | None:  # fmt: skip
     """The checkpoint to resume from: for ``auto`` the newest complete one whose files match their checksums (a
-    corrupt one is reported and the next older one is used), none for ``never``, or the given folder (verified).
+    corrupt one is reported and the next older one is used), none for ``never`` (which, with ``set_aside_rejected``,
+    sets every published checkpoint aside as ``.superseded``: the fresh run saves those steps again), or the given
+    folder (verified).
     ``none_verified`` is the advice of the error when none does: the caller's (what its user can pass), as the
     inspection commands take no ``--train.resume``.
 
@@ -129,9 +131,15 @@ def resolve_resume(run_dir: str | Path, resume: str, set_aside_rejected: bool = 
     resumed run saves those steps again, and a published folder is never overwritten. When no checkpoint verifies,
     nothing is moved and the run stops with an error.
     """
-    if resume == "never":
-        return None
     published = list_published(checkpoints_dir(run_dir), CHECKPOINT_PREFIX)
+    if resume == "never":
+        # note: a fresh start saves steps the run directory may already hold; set aside, they are neither
+        # overwritten (a FileExistsError traceback at the first save) nor lost
+        if set_aside_rejected:
+            for _, path in published:
+                moved = set_aside(path, "superseded")
+                logger.warning("train.resume=never: set aside checkpoint %s as %s", path, moved.name)
+        return None
     rejected: list[tuple[Path, str]] = []
     if resume == "auto":
         chosen = None
