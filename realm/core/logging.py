@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import torch
 
-from realm.core.atomic import write_text_atomic
+from realm.core.atomic import disk_writes, write_text_atomic
 
 _FORMAT = "%(asctime)s [realm %(name)s] %(levelname)s %(message)s"
 
@@ -73,12 +73,14 @@ class MetricsLogger:
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             _cut_torn_tail(self.path)
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            with disk_writes(self.path):
+                self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
     def log(self, metrics: Mapping[str, Any], step: int) -> dict[str, Any]:
         plain = {k: _plain(v) for k, v in metrics.items()}
         if self._fd is not None:
-            os.write(self._fd, (json.dumps({"step": step, **plain}) + "\n").encode())
+            with disk_writes(self.path):  # note: a record cut short by a full disk is a torn tail, cut at the next open
+                os.write(self._fd, (json.dumps({"step": step, **plain}) + "\n").encode())
         if self.accelerator is not None and self.accelerator.trackers:
             self.accelerator.log(plain, step=step)
         return plain

@@ -10,6 +10,7 @@ from typing import Any, Mapping
 
 import torch
 
+from realm.core.atomic import disk_writes
 from realm.core.tracking import log_wandb_table
 from realm.run.layout import RETRIEVALS_FILE
 
@@ -168,6 +169,6 @@ def log_retrieval_table(accelerator: Any, rows: list[Mapping[str, Any]], step: i
         return
     path = Path(run_dir) / RETRIEVALS_FILE
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a", encoding="utf-8") as f:
+    with disk_writes(path), open(path, "a", encoding="utf-8") as f:
         f.write("".join(json.dumps(dict(r)) + "\n" for r in rows))
     log_wandb_table(accelerator, TABLE_KEY, _table(list(rows)), step)

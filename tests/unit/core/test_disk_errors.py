@@ -101,3 +101,35 @@ def test_a_pointer_written_on_a_read_only_folder_is_a_disk_error(tmp_path, monke
     with pytest.raises(DiskError, match="read-only file system"):
         write_text_atomic(tmp_path / "CURRENT", "v-00000010\n")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_log_record_the_disk_has_no_room_for_is_one_disk_error_naming_the_log(tmp_path, monkeypatch):
+    from realm.core.logging import MetricsLogger, read_metrics
+
+    log = MetricsLogger(tmp_path / "metrics.jsonl")
+    log.log({"train/loss": 1.0}, step=1)
+
+    def full(fd, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "write", full)
+    with pytest.raises(DiskError) as caught:
+        log.log({"train/loss": 0.5}, step=2)
+    monkeypatch.undo()
+    log.close()
+    assert str(tmp_path / "metrics.jsonl") in str(caught.value) and "\n" not in str(caught.value)
+    assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1]
+
+
+def test_a_retrieval_table_the_disk_has_no_room_for_is_one_disk_error_naming_the_file(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from realm.pretrain.retrieval_table import log_retrieval_table
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tmp_path / "retrievals.jsonl"))
+
+    monkeypatch.setattr("builtins.open", full)
+    with pytest.raises(DiskError) as caught:
+        log_retrieval_table(SimpleNamespace(trackers=[], is_main_process=True), [{"query": "q", "rank": 0}], 1, tmp_path)
+    assert "retrievals.jsonl" in str(caught.value)
