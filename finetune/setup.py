@@ -150,7 +150,7 @@ def frozen_index(out_dir: Path, start: Start, init: InitConfig, index_cfg: Index
 def qa_context(
     index: versions.PublishedIndex, tokenizer, reader: ReaderConfig, retrieval: RetrievalConfig
 ) -> QAContext:
-    blocks = load_blocks(index.manifest["blocks"])
+    blocks = load_blocks(index.manifest["blocks"], tokenizer)  # note: ids outside the vocabulary, one line here
     return QAContext(
         store=BlockStore(blocks),
         index=index,

@@ -61,7 +61,7 @@ class OptimConfig:
     (one parameter at a time). The same update up to float rounding."""
 
     def __post_init__(self) -> None:
-        if self.lr <= 0 or self.retriever_lr_scale <= 0:
+        if not (self.lr > 0 and self.retriever_lr_scale > 0):  # note: `not >` also refuses NaN (`<= 0` let it by)
             raise ValueError(f"lr and retriever_lr_scale must be positive, got {self.lr}, {self.retriever_lr_scale}")
         if self.implementation not in IMPLEMENTATIONS:
             raise ValueError(f"implementation must be one of {tuple(IMPLEMENTATIONS)}, got {self.implementation!r}")
@@ -69,7 +69,7 @@ class OptimConfig:
             raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.lr_base_width < 0:
             raise ValueError(f"lr_base_width must be >= 0 (0: off), got {self.lr_base_width}")
-        if self.warmup_steps < 0 or self.weight_decay < 0 or self.max_grad_norm < 0 or self.decay_steps < 0:
+        if not all(v >= 0 for v in (self.warmup_steps, self.weight_decay, self.max_grad_norm, self.decay_steps)):
             raise ValueError("warmup_steps, decay_steps, weight_decay and max_grad_norm must be >= 0")
         if self.retriever_warmup_steps is not None and self.retriever_warmup_steps < 0:
             raise ValueError(f"retriever_warmup_steps must be >= 0 (or unset), got {self.retriever_warmup_steps}")

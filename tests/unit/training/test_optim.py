@@ -200,3 +200,11 @@ def test_a_negative_retriever_warmup_or_delay_is_refused():
         OptimConfig(retriever_warmup_steps=-1)
     with pytest.raises(ValueError, match="retriever_delay_steps"):
         OptimConfig(retriever_delay_steps=-1)
+
+
+@pytest.mark.parametrize("field", ["lr", "retriever_lr_scale", "max_grad_norm", "weight_decay"])
+def test_an_optim_config_built_in_python_refuses_nan(field):
+    """The config files are checked for finite floats; an OptimConfig built in code must not let NaN through either
+    (``lr <= 0`` is False for NaN, and a NaN max_grad_norm turned clipping off)."""
+    with pytest.raises(ValueError):
+        OptimConfig(**{field: float("nan")})
