@@ -167,12 +167,15 @@ class TrainingLoop:
 
     def resume(self) -> dict[str, Any]:
         """Restores the newest complete checkpoint (per ``resume``); returns its saved state ({} when none)."""
-        if self.accelerator.is_main_process:
+        def resolve_on_main() -> Path | None:
             # note: a kill mid-checkpoint or mid-prune leaves staging folders that no reader ever looks at
             for leftover in clean_staging(checkpoints_dir(self.run_dir)):
                 logger.warning("removed %s, left by a killed run", leftover)
             # note: newer checkpoints that fail verification are set aside first, so the others resolve the same one
-            path = resolve_resume(self.run_dir, self.cfg.resume, set_aside_rejected=True)
+            return resolve_resume(self.run_dir, self.cfg.resume, set_aside_rejected=True)
+
+        # note: a run the main process cannot resume (no checkpoint verifies) ends every rank with its one line
+        path = on_main_first(self.accelerator, resolve_on_main, RunError)
         self.accelerator.wait_for_everyone()
         if not self.accelerator.is_main_process:
             path = resolve_resume(self.run_dir, self.cfg.resume)
@@ -320,22 +323,32 @@ def hold_run_dir(run_dir: str | Path, accelerator: Accelerator) -> Iterator[None
     with the same one-line error instead of leaving them waiting at the next collective.
     """
     run_dir = _run_dir(run_dir)
+    refusal = f"run directory {run_dir} is in use by another trainer (one per run); stop it first"
     with contextlib.ExitStack() as held:
-        error: Exception | None = None
-        if accelerator.is_main_process:
-            refusal = f"run directory {run_dir} is in use by another trainer (one per run); stop it first"
-            try:
-                held.enter_context(exclusive_lock(run_dir / TRAINER_LOCK, refusal=refusal))
-            except Exception as err:  # noqa: BLE001 - the other processes must hear of any failure, not wait
-                error = err
-        message = (str(error) or type(error).__name__) if error is not None else ""
-        if accelerator.num_processes > 1:
-            message = broadcast_object_list([message])[0]
-        if error is not None:
-            raise error
-        if message:
-            raise RunInUseError(f"rank 0: {message}")
+        on_main_first(accelerator, lambda: held.enter_context(exclusive_lock(run_dir / TRAINER_LOCK, refusal=refusal)),
+                      RunInUseError)  # fmt: skip
         yield
+
+
+def on_main_first(accelerator: Accelerator, work: Callable[[], Any], error_type: type[UserError] = RunError) -> Any:
+    """``work()`` on the main process, whose failure every other process hears of: they raise ``error_type`` with
+    its message (one line, ``rank 0: ...``) instead of waiting at their next collective for a rank that has gone.
+    Returns what ``work`` returned on the main process, None on the others."""
+    error: Exception | None = None
+    result = None
+    if accelerator.is_main_process:
+        try:
+            result = work()
+        except Exception as err:  # noqa: BLE001 - the other processes must hear of any failure, not wait
+            error = err
+    message = (str(error) or type(error).__name__) if error is not None else ""
+    if accelerator.num_processes > 1:
+        message = broadcast_object_list([message])[0]
+    if error is not None:
+        raise error
+    if message:
+        raise error_type(f"rank 0: {message}")
+    return result
 
 
 def iterate(loader: Iterable) -> Iterator:
