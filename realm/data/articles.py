@@ -66,8 +66,8 @@ class TrainingBlocksInput(BlocksInput):
     heldout_articles: str = ""
     """A file of held-out articles, one ``article_key`` (title, or the id of an untitled document) a line, whose
     blocks' sentences are never training examples, so that the held-out evaluation measures retrieval and not what
-    was read here; their blocks stay in the corpus. ``realm demo`` and ``realm real-text`` pass theirs
-    (``world/heldout_articles.txt``, ``cloze/heldout_articles.txt``). Empty: every block is trained on."""
+    was read here; their blocks stay in the corpus. ``realm real-text`` passes its ``cloze/heldout_articles.txt``,
+    ``realm demo --clean-warm-start`` its ``world/heldout_articles.txt``. Empty: every block is trained on."""
 
 
 def heldout_blocks(blocks: datasets.Dataset, path: str, job: str) -> np.ndarray | None:

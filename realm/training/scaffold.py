@@ -175,8 +175,8 @@ class TrainingLoop:
             return resolve_resume(self.run_dir, self.cfg.resume, set_aside_rejected=True)
 
         # note: a run the main process cannot resume (no checkpoint verifies) ends every rank with its one line
+        # (its broadcast is also the barrier: the others resolve only after the main process has set checkpoints aside)
         path = on_main_first(self.accelerator, resolve_on_main, RunError)
-        self.accelerator.wait_for_everyone()
         if not self.accelerator.is_main_process:
             path = resolve_resume(self.run_dir, self.cfg.resume)
         state = {} if path is None else load_checkpoint(self.accelerator, path, self.scheduler)
