@@ -66,6 +66,19 @@ class RetrieverConfig:
     """Multiplies f(x, z) wherever it enters a softmax (p(z|x), ICT's in-batch softmax, QA's retriever logits): an
     inverse temperature. With ``cosine``, 10 bounds the logits to [-10, 10]: p(z|x) cannot be one-hot before the
     encoder reads, whereas raw inner products after ICT reach 4-80 and put every reader gradient in one slot."""
+    explore_slots: int = 0
+    """Of the ``num_candidates - 1`` retrieved slots, how many pre-training fills by sampling instead of taking the
+    top: drawn without replacement from the rest of the best ``explore_pool`` by softmax(score /
+    ``explore_temperature``) (``realm.pretrain.exploration``). A gold article ranked just outside the top-k gets read,
+    and so gets a gradient towards it; held-out evaluation and QA always take the top. 0: REALM's top-k."""
+    explore_pool: int = 32
+    """How many of the best (after the source filter) the explored slots are drawn from."""
+    explore_temperature: float = 1.0
+    """Temperature of the explored slots' sampling over the pool's scores (higher: flatter)."""
+    center_queries: bool = False
+    """A hubness correction: the search subtracts the mean query embedding of the batch from each query, so blocks
+    that score high for every query (hubs) lose that lead. Only which blocks become candidates changes; their
+    scores in p(z|x) are the model's own."""
 
     def __post_init__(self) -> None:
         if self.embed_dim <= 0:
@@ -84,6 +97,12 @@ class RetrieverConfig:
             raise ValueError(f"score must be one of {SCORES}, got {self.score!r}")
         if self.score_scale <= 0:
             raise ValueError(f"score_scale must be positive, got {self.score_scale}")
+        if not 0 <= self.explore_slots <= self.num_candidates - 2:  # note: the best slot is always the top one
+            raise ValueError(f"explore_slots must be in [0, num_candidates - 2], got {self.explore_slots}")
+        if self.explore_slots and self.explore_pool < self.num_candidates:
+            raise ValueError(f"explore_pool must be >= num_candidates, got {self.explore_pool}")
+        if not self.explore_temperature > 0:
+            raise ValueError(f"explore_temperature must be positive, got {self.explore_temperature}")
         if self.max_query_length < 4 or self.max_block_length < 4:
             raise ValueError("max_query_length and max_block_length must be at least 4 wordpieces")
 

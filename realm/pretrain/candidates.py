@@ -21,6 +21,7 @@ from realm.data.packing import SpecialIds, block_batch, pack_pairs, reader_lengt
 from realm.index.mips import DocumentIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import Candidates, RealmBatch
+from realm.pretrain.exploration import batch_generator, explore_candidates
 from realm.pretrain.model import RealmModel
 
 
@@ -39,15 +40,21 @@ def select_candidates(
         [B, num_retrieved] block ids; -1 pads a row that ran out of candidates.
     """
     ids = block_ids.cpu().numpy()
-    sources = (source_keys.cpu().numpy() if isinstance(source_keys, Tensor) else np.asarray(source_keys))[:, None]
-    valid = ids >= 0
-    keys = np.where(valid, block_keys[np.clip(ids, 0, None)], 0)
-    keep = valid & ((keys != sources) | (sources == 0))
+    keep = kept_by_source_filter(ids, source_keys, block_keys)
     out = np.full((ids.shape[0], num_retrieved), -1, dtype=np.int64)
     for row in range(ids.shape[0]):
         chosen = ids[row][keep[row]][:num_retrieved]
         out[row, : len(chosen)] = chosen
     return torch.from_numpy(out)
+
+
+def kept_by_source_filter(ids: np.ndarray, source_keys: Tensor | np.ndarray, block_keys: np.ndarray) -> np.ndarray:
+    """[B, k'] bool: which of ``ids`` are real results whose key is not their query's source key
+    (``select_candidates``' arguments)."""
+    sources = (source_keys.cpu().numpy() if isinstance(source_keys, Tensor) else np.asarray(source_keys))[:, None]
+    valid = ids >= 0
+    keys = np.where(valid, block_keys[np.clip(ids, 0, None)], 0)
+    return valid & ((keys != sources) | (sources == 0))
 
 
 def exclusion_keys(source_uid_hashes: Tensor, store: BlockStore, exclude_source: str) -> tuple[np.ndarray, np.ndarray]:
@@ -117,15 +124,30 @@ def retrieve(
     store: BlockStore,
     special: SpecialIds,
     cfg: RetrieverConfig,
+    explore: bool = False,
 ) -> RealmBatch:
     """Searches ``index`` with [B, D] query embeddings and returns ``batch`` with its K candidate slots attached.
 
     Over-retrieves ``cfg.num_extra_retrieved`` blocks so the slots stay full after the trivial-retrieval filter, which
-    drops what ``cfg.exclude_source`` says: the query's source block, or every block of its article.
+    drops what ``cfg.exclude_source`` says: the query's source block, or every block of its article. With
+    ``cfg.center_queries`` the batch's mean query is subtracted first; with ``explore`` (the trainer's search) and
+    ``cfg.explore_slots``, that many slots are sampled from the best ``cfg.explore_pool`` (``realm.pretrain.exploration``).
     """
-    _, ids = index.search(query_embeddings.detach().float().cpu(), cfg.num_retrieved + cfg.num_extra_retrieved)
+    queries = query_embeddings.detach().float().cpu()
+    if cfg.center_queries:
+        queries = queries - queries.mean(dim=0, keepdim=True)
+    exploring = explore and cfg.explore_slots > 0
+    depth = (cfg.explore_pool if exploring else cfg.num_retrieved) + cfg.num_extra_retrieved
+    scores, ids = index.search(queries, depth)
     sources, keys = exclusion_keys(batch.source_uid_hashes, store, cfg.exclude_source)
-    chosen = select_candidates(ids, sources, keys, cfg.num_retrieved)
+    if exploring:
+        keep = kept_by_source_filter(ids.cpu().numpy(), sources, keys)
+        chosen = explore_candidates(
+            ids.cpu().numpy(), cfg.score_scale * np.asarray(scores.cpu()), keep, cfg.num_retrieved, cfg.explore_slots,
+            cfg.explore_temperature, batch_generator(batch.example_ids),
+        )  # fmt: skip
+    else:
+        chosen = select_candidates(ids, sources, keys, cfg.num_retrieved)
     return attach_chosen(batch, chosen, store, special, cfg)
 
 
@@ -156,4 +178,4 @@ def start_search(
     with torch.no_grad(), autocast or nullcontext():
         query_emb = model.embed_queries(batch.to(device)).float().cpu()
     model.train(was_training)
-    return functools.partial(retrieve, query_emb, batch, index, store, special, cfg)
+    return functools.partial(retrieve, query_emb, batch, index, store, special, cfg, explore=True)
