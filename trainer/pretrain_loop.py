@@ -13,12 +13,14 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from accelerate import Accelerator
 
 from realm.core.config import to_dict
 from realm.core.logging import progress
+from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import init_trackers
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
@@ -51,8 +53,10 @@ from realm.trainer.builder_process import ChildBuilder, tracking_args
 from realm.trainer.candidate_prefetch import CandidatePipeline
 from realm.trainer.index_sync import IndexSync, RunTotals
 from realm.trainer.index_watcher import IndexWatcher
+from realm.trainer.run_summary import run_summary
 from realm.training.accelerator import accelerator_precision, build_accelerator
 from realm.training.optim import retriever_lr
+from realm.training.preemption import PREEMPTED_EXIT_CODE, Preemption
 from realm.training.sampler import check_fills_batch
 from realm.training.scaffold import TrainingLoop, hold_run_dir, iterate, removed_if_setup_fails, start_job
 
@@ -128,6 +132,7 @@ class Trainer:
             builder_failure=lambda: self.builder.failure() if self.builder is not None else None,
         )
         self._start_wall, self._wall_before = time.perf_counter(), self.totals.wall_s  # reset by run()
+        self.preemption, self._preempted = Preemption(), False
 
     @property
     def step(self) -> int:
@@ -170,15 +175,10 @@ class Trainer:
         if self.builder is not None:
             self.builder.start()
         self.watcher.start()
-        logger.info(
-            "training on %d process(es) x batch %d x %d micro-batch(es) = global batch %d (%s, mixed precision %s)",
-            self.num_processes,
-            cfg.train.batch_size,
-            cfg.train.grad_accum_steps,
-            self.global_batch_size,
-            self.accelerator.distributed_type,
-            self.accelerator.mixed_precision,
-        )
+        self.preemption.install()  # note: from here a SIGTERM or SIGUSR1 ends the run at a step boundary, checkpointed
+        logger.info("training on %d process(es) x batch %d x %d micro-batch(es) = global batch %d (%s, mixed precision "
+                    "%s)", self.num_processes, cfg.train.batch_size, cfg.train.grad_accum_steps, self.global_batch_size,
+                    self.accelerator.distributed_type, self.accelerator.mixed_precision)  # fmt: skip
         self.sync.start_at(self.start_version(), self.step, cfg.refresh.initial_index_timeout_s)
 
         loader = pretrain_loader(
@@ -232,6 +232,9 @@ class Trainer:
             if self.loop.save_due():
                 self.totals.wall_s = self._wall_now()
                 self.save()
+            # note: a collective, after everything of the step, so a resumed run needs nothing of it redone
+            if not self.loop.done and (signum := self.preemption.agreed(self.accelerator)):
+                self.stop_preempted(signum, time.perf_counter() - t_window)
         bar.close()
         self.totals.wall_s = self._wall_now()
         return self.summary()
@@ -323,17 +326,10 @@ class Trainer:
             extra["train/retriever_lr"] = rate  # its own warm-up and scale (optim.retriever_*)
         plain, _ = self.loop.log_window("train", extra)
         self.candidates.critical_s = 0.0
-        logger.info(
-            "step %d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step",
-            self.step,
-            plain["train/loss"],
-            plain["train/mlm_accuracy"],
-            plain["train/retrieval_utility"],
-            plain["train/null_doc_prob"],
-            self.index.step,
-            self.step - self.index.step,
-            plain["time/step_s"],
-        )
+        logger.info("step %d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step", self.step,
+                    plain["train/loss"], plain["train/mlm_accuracy"], plain["train/retrieval_utility"],
+                    plain["train/null_doc_prob"], self.index.step, self.step - self.index.step,
+                    plain["time/step_s"])  # fmt: skip
 
     def log_retrievals(self, batch, output) -> None:
         """A table of what each sampled query retrieved, p(z|x), p(y|z,x) (W&B and RUN/retrievals.jsonl)."""
@@ -368,19 +364,20 @@ class Trainer:
         self.loop.save({**state, "totals": vars(self.totals)}, rank_tensors=self.candidates.pending_choice())
 
     def summary(self) -> dict:
-        totals = self.totals
-        return {
-            "step": self.step,
-            "world_size": self.num_processes,
-            "global_batch_size": self.global_batch_size,
-            "wall_seconds": totals.wall_s,
-            "num_index_refreshes": totals.num_index_refreshes,
-            "trainer_wait_fraction": totals.index_wait_s / totals.wall_s if totals.wall_s else 0.0,
-            "refresh_wait_fraction": totals.refresh_wait_s / totals.wall_s if totals.wall_s else 0.0,
-            "index_wait_seconds": totals.index_wait_s,
-            "final_index_version": self.index.step if self.index else None,
-            "num_retriever_exports": totals.num_exports,
-        }
+        return run_summary(self.totals, step=self.step, world_size=self.num_processes,
+                           global_batch_size=self.global_batch_size,
+                           final_index_version=self.index.step if self.index else None)  # fmt: skip
+
+    def stop_preempted(self, signum: int, window_s: float) -> NoReturn:
+        """Ends the run after this step, preempted: the steps since the last log are logged (as at a run's last step),
+        this step is checkpointed (unless its schedule just did), then ``Preempted``; ``close`` ends the process."""
+        if self.loop.window.num_steps:
+            self.log_window(window_s)
+        if not self.loop.save_due():
+            self.totals.wall_s = self._wall_now()
+            self.save()
+        self._preempted = True
+        raise self.preemption.stop(self.accelerator, self.step, signum)
 
     def close(self) -> None:
         """Stops the watcher and the child builder; marks the run done so a standalone builder exits."""
@@ -393,3 +390,6 @@ class Trainer:
         if self.builder is not None:
             self.builder.stop()
         self._run_lock.close()
+        self.preemption.restore()
+        if self._preempted:  # note: a process of a multi-process run ends here, as a finished one (process_exit)
+            exit_code_after_run(self.num_processes, PREEMPTED_EXIT_CODE)
