@@ -37,19 +37,17 @@ from realm.models.bert import ModelConfig
 from realm.models.pretrained import load_model_tokenizer
 from realm.models.reader import ReaderConfig
 from realm.models.retriever import RetrieverConfig
-from realm.qa.batch import QACollator
+from realm.qa.batch import QABatch, QACollator
 from realm.qa.candidates import RetrievalConfig
 from realm.qa.qa_eval import DEFAULT_TOP_K, QAContext, evaluate_qa
 from realm.run import publication
 from realm.training.accelerator import build_accelerator
 from realm.training.optim import OptimConfig
+from realm.training.preemption import Preempted, Preemption, stop_if_preempted
 from realm.training.sampler import StepBatchSampler
 from realm.training.scaffold import LoopConfig, TrainingLoop, iterate, start_job
 
 logger = logging.getLogger(__name__)
-
-
-
 
 
 @dataclass(kw_only=True, slots=True)
@@ -180,30 +178,18 @@ class Finetuner:
                     acc.distributed_type, acc.mixed_precision)  # fmt: skip
         t0, first = time.perf_counter(), loop.step
         bar = progress(cfg.train.last_step, "fine-tuning", unit="step", initial=loop.step, enabled=acc.is_main_process)
-        while not loop.done:
-            batch = next(batches).to(acc.device)
-            query = None  # note: fixed (BM25) candidates need no search, so no query pass before the model's own
-            if self.train_set.candidates is None:
-                with torch.no_grad():
-                    query = self.unwrapped.embed_queries(batch)
-            batch = self.ctx.attach(batch, query, self.train_set, cfg.finetune.retriever_beam).to(acc.device)
-            out = self.model(batch)
-            losses = out.loss(batch)
-            acc.backward(losses.loss)
-            blocks = batch.blocks
-            read = (blocks.span_correct & blocks.span_valid).flatten(1).any(1)
-            loop.window.add({
-                "loss": losses.loss, "retriever_loss": losses.retriever_loss, "reader_loss": losses.reader_loss,
-                "answer_in_beam": blocks.has_answer.any(1).float().mean(), "answer_in_read_blocks": read.float().mean(),
-            })  # fmt: skip
-            loop.optimizer_step()
-            bar.update(1)
-            logged = loop.end_step("train", {"time/step_s": (time.perf_counter() - t0) / (loop.step - first)})
-            if logged:
-                logger.info("step %d loss %.4f (retriever %.4f, reader %.4f)", loop.step, logged["train/loss"],
-                            logged["train/retriever_loss"], logged["train/reader_loss"])  # fmt: skip
-            if cfg.finetune.eval_interval and loop.step % cfg.finetune.eval_interval == 0 and loop.step != cfg.train.max_steps:
-                self.evaluate(loop.step)
+        with Preemption() as preemption:  # note: a SIGTERM or SIGUSR1 ends the job at a step boundary, checkpointed
+            while not loop.done:
+                self.train_step(next(batches).to(acc.device))
+                bar.update(1)
+                logged = loop.end_step("train", {"time/step_s": (time.perf_counter() - t0) / (loop.step - first)})
+                if logged:
+                    logger.info("step %d loss %.4f (retriever %.4f, reader %.4f)", loop.step, logged["train/loss"],
+                                logged["train/retriever_loss"], logged["train/reader_loss"])  # fmt: skip
+                if cfg.finetune.eval_interval and loop.step % cfg.finetune.eval_interval == 0 \
+                        and loop.step != cfg.train.max_steps:  # fmt: skip
+                    self.evaluate(loop.step)
+                stop_if_preempted(preemption, loop, "train")
         bar.close()
         final = self.out / MODEL_DIR
         if loop.step >= cfg.train.max_steps:
@@ -213,6 +199,25 @@ class Finetuner:
         loop.close()
         acc.end_training()
         return final
+
+    def train_step(self, batch: QABatch) -> None:
+        """One optimizer step on a batch of questions: search, read, the marginal losses, their metrics."""
+        acc, loop = self.accelerator, self.loop
+        query = None  # note: fixed (BM25) candidates need no search, so no query pass before the model's own
+        if self.train_set.candidates is None:
+            with torch.no_grad():
+                query = self.unwrapped.embed_queries(batch)
+        batch = self.ctx.attach(batch, query, self.train_set, self.cfg.finetune.retriever_beam).to(acc.device)
+        out = self.model(batch)
+        losses = out.loss(batch)
+        acc.backward(losses.loss)
+        blocks = batch.blocks
+        read = (blocks.span_correct & blocks.span_valid).flatten(1).any(1)
+        loop.window.add({
+            "loss": losses.loss, "retriever_loss": losses.retriever_loss, "reader_loss": losses.reader_loss,
+            "answer_in_beam": blocks.has_answer.any(1).float().mean(), "answer_in_read_blocks": read.float().mean(),
+        })  # fmt: skip
+        loop.optimizer_step()
 
     def save(self, step: int) -> Path:
         """Publishes ``OUT/model`` (replacing an earlier one only once the new one is complete)."""
@@ -230,7 +235,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = config_from_command_line(FinetuneConfig, argv, "realm finetune", __doc__.splitlines()[0])
     init_logging()
     tuner = Finetuner(cfg)
-    print(tuner.train())
+    try:
+        print(tuner.train())
+    except Preempted as stop:  # note: its checkpoint is written; the process ends as a finished one does
+        tuner.accelerator.end_training()
+        return exit_code_after_run(tuner.accelerator.num_processes, stop.code)
     return exit_code_after_run(tuner.accelerator.num_processes, 0)
 
 

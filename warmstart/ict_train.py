@@ -36,6 +36,7 @@ from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.ict import ICTCollator, ict_loss
 from realm.training.accelerator import build_accelerator
 from realm.training.optim import OptimConfig
+from realm.training.preemption import Preemption, stop_if_preempted
 from realm.training.sampler import KeyedExamples, StepBatchSampler
 from realm.training.scaffold import LoopConfig, TrainingLoop, iterate, start_job
 
@@ -140,23 +141,21 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     batches = iterate(DataLoader(KeyedExamples(rows), batch_sampler=sampler, collate_fn=collator))
     unwrapped: Retriever = accelerator.unwrap_model(model)
     t0 = time.perf_counter()
-    while not loop.done:
-        batch = next(batches).to(accelerator.device)
-        query, block = model(
-            batch.query_input_ids,
-            batch.query_attention_mask,
-            batch.block_input_ids,
-            batch.block_attention_mask,
-            batch.block_token_type_ids,
-        )
-        blocks, offset = _global_blocks(accelerator, block)
-        loss, accuracy = ict_loss(query, blocks, offset, scale=unwrapped.query_embedder.score_scale)
-        accelerator.backward(loss)
-        loop.window.add({"loss": loss, "accuracy": accuracy})
-        loop.optimizer_step()
-        plain = loop.end_step("ict", {"time/elapsed_s": time.perf_counter() - t0})
-        if plain:
-            logger.info("ICT step %d loss %.4f in-batch acc %.3f", loop.step, plain["ict/loss"], plain["ict/accuracy"])
+    with Preemption() as preemption:  # note: a SIGTERM or SIGUSR1 ends the job at a step boundary, checkpointed
+        while not loop.done:
+            batch = next(batches).to(accelerator.device)
+            query, block = model(batch.query_input_ids, batch.query_attention_mask, batch.block_input_ids,
+                                 batch.block_attention_mask, batch.block_token_type_ids)  # fmt: skip
+            blocks, offset = _global_blocks(accelerator, block)
+            loss, accuracy = ict_loss(query, blocks, offset, scale=unwrapped.query_embedder.score_scale)
+            accelerator.backward(loss)
+            loop.window.add({"loss": loss, "accuracy": accuracy})
+            loop.optimizer_step()
+            plain = loop.end_step("ict", {"time/elapsed_s": time.perf_counter() - t0})
+            if plain:
+                logger.info("ICT step %d loss %.4f in-batch acc %.3f", loop.step, plain["ict/loss"],
+                            plain["ict/accuracy"])  # fmt: skip
+            stop_if_preempted(preemption, loop, "ict")
     loop.close()
     return loop.publish(out_dir / "retriever", unwrapped.save_pretrained, {"kind": "ict_retriever"})
 

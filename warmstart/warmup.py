@@ -36,6 +36,7 @@ from realm.pretrain.data import prepared_sentences
 from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
 from realm.training.accelerator import build_accelerator
 from realm.training.optim import OptimConfig
+from realm.training.preemption import Preemption, stop_if_preempted
 from realm.training.sampler import KeyedExamples, StepBatchSampler
 from realm.training.scaffold import LoopConfig, TrainingLoop, iterate, start_job
 
@@ -133,17 +134,19 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
     bar = progress(cfg.train.last_step, "reader warm-up", unit="step", initial=loop.step,
                    enabled=accelerator.is_main_process)  # fmt: skip
     t0 = time.perf_counter()
-    while not loop.done:
-        batch = next(batches).to(accelerator.device)
-        loss, step_metrics = reader_step(model, batch)
-        accelerator.backward(loss)
-        loop.window.add({"loss": loss, **step_metrics})
-        loop.optimizer_step()
-        bar.update(1)
-        plain = loop.end_step("warmup", {"time/elapsed_s": time.perf_counter() - t0})
-        if plain:
-            logger.info("warm-up step %d loss %.4f span accuracy %.3f", loop.step, plain["warmup/loss"],
-                        plain["warmup/span_accuracy"])  # fmt: skip
+    with Preemption() as preemption:  # note: a SIGTERM or SIGUSR1 ends the job at a step boundary, checkpointed
+        while not loop.done:
+            batch = next(batches).to(accelerator.device)
+            loss, step_metrics = reader_step(model, batch)
+            accelerator.backward(loss)
+            loop.window.add({"loss": loss, **step_metrics})
+            loop.optimizer_step()
+            bar.update(1)
+            plain = loop.end_step("warmup", {"time/elapsed_s": time.perf_counter() - t0})
+            if plain:
+                logger.info("warm-up step %d loss %.4f span accuracy %.3f", loop.step, plain["warmup/loss"],
+                            plain["warmup/span_accuracy"])  # fmt: skip
+            stop_if_preempted(preemption, loop, "warmup")
     bar.close()
     loop.close()
     if collator.num_rejected:

@@ -21,10 +21,13 @@ import logging
 import signal
 import threading
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from accelerate import Accelerator
+
+if TYPE_CHECKING:
+    from realm.training.scaffold import TrainingLoop
 
 logger = logging.getLogger(__name__)
 
@@ -107,3 +110,18 @@ class Preemption:
         if accelerator.is_main_process:
             logger.warning("%s", stop)
         return stop
+
+
+def stop_if_preempted(preemption: Preemption, loop: TrainingLoop, prefix: str) -> None:
+    """A job's step boundary, after everything of the step (every process calls it): when the job is to stop, logs the
+    steps since the last log under ``prefix`` (as at a job's last step), checkpoints this step unless the schedule
+    just did, closes the loop's logs and raises ``Preempted``. Jobs whose state is ``TrainingLoop``'s alone use it
+    (warm-up, ICT, QA fine-tuning); pre-training adds its own state (``Trainer.stop_preempted``)."""
+    if loop.done or not (signum := preemption.agreed(loop.accelerator)):
+        return
+    if loop.window.num_steps:
+        loop.log_window(prefix)
+    if not loop.save_due():
+        loop.save()
+    loop.close()
+    raise preemption.stop(loop.accelerator, loop.step, signum)
