@@ -15,14 +15,17 @@ written last, so OUT is either complete or absent. The same writers give ``RUN/m
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from transformers import BertConfig, PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
 
 from realm.core.config import load_config
 from realm.core.errors import ArgumentError, ConfigError, MissingPackageError, RunError
@@ -111,12 +114,37 @@ def write_hf_encoder(model: RealmModel, tokenizer: PreTrainedTokenizerBase, out:
 def write_model(model: RealmModel, tokenizer: PreTrainedTokenizerBase, cfg: PretrainConfig, fmt: str,
                 out: Path) -> None:  # fmt: skip
     """Writes ``model`` in ``fmt`` (``hf`` or ``sentence-transformers``) into the folder ``out``."""
-    if fmt == "hf":
-        write_hf_encoder(model, tokenizer, out)
-    elif fmt == "sentence-transformers":
-        write_sentence_transformer(model.retriever, tokenizer, cfg.retriever, out)
-    else:
+    if fmt not in ("hf", "sentence-transformers"):
         raise ValueError(f"write_model writes hf or sentence-transformers, not {fmt!r}")
+    with _quiet_libraries():
+        if fmt == "hf":
+            write_hf_encoder(model, tokenizer, out)
+        else:
+            write_sentence_transformer(model.retriever, tokenizer, cfg.retriever, out)
+
+
+_QUIET_LOGGERS = ("sentence_transformers", "transformers.distributed.tensor_parallel")
+"""Loggers whose lines about the export's own scratch folders are noise: sentence-transformers' "Saving model to
+.staging-...", and transformers' "layers were not sharded" (it checks a tensor-parallel plan whenever
+torch.distributed is up, as in the trainer, though nothing is sharded)."""
+
+
+@contextlib.contextmanager
+def _quiet_libraries() -> Iterator[None]:
+    """Off while the export writes a few files (its own result is one line): transformers' "Writing model shards" /
+    "Loading weights" bars, and ``_QUIET_LOGGERS`` below ERROR."""
+    bars = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    levels = {name: logging.getLogger(name).level for name in _QUIET_LOGGERS}
+    for name in _QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        if bars:
+            hf_logging.enable_progress_bar()
 
 
 def _provenance(cfg: PretrainConfig, fmt: str, step: int, run_dir: Path) -> dict[str, Any]:
@@ -140,6 +168,7 @@ def write_run_model(run_dir: str | Path, model: RealmModel, tokenizer: PreTraine
                               _provenance(cfg, fmt, step, run_dir))  # fmt: skip
         except MissingPackageError as err:
             logger.info("%s not written (%s)", folder / name, err)
+    logger.info("wrote %s: encoder/ (transformers) and retriever/ (sentence-transformers) of step %d", folder, step)
     return folder
 
 

@@ -163,3 +163,22 @@ def test_predictions_become_dpr_records_and_a_trec_run(tiny_run):  # noqa: F811
     assert dpr["ctxs"] == [{"id": "2", "title": titles[0], "text": texts[0], "score": 1.5, "has_answer": False},
                            {"id": "0", "title": titles[1], "text": texts[1], "score": 0.25, "has_answer": True}]
     assert trec_run(records) == "q_1 Q0 2 1 1.500000 realm\nq_1 Q0 0 2 0.250000 realm\n"
+
+
+def test_pretraining_writes_its_model_folder_and_replaces_it(tiny_run, tmp_path):  # noqa: F811
+    """``RUN/model/`` as ``realm train`` leaves it at its last step: the encoder (hf) and the retriever
+    (sentence-transformers), each published with its manifest and replaced by a later invocation of the run."""
+    from realm.pretrain.export import write_run_model
+
+    loaded = load_run(tiny_run)
+    folder = write_run_model(tmp_path, loaded.model, loaded.tokenizer, loaded.cfg, step=6)
+    assert json.loads((folder / "encoder" / "manifest.json").read_text())["format"] == "hf"
+    _round_trips(folder / "encoder", loaded.tokenizer)
+    with torch.no_grad():
+        loaded.model.retriever.query_embedder.projection.bias.add_(1.0)  # a later invocation's weights
+    write_run_model(tmp_path, loaded.model, loaded.tokenizer, loaded.cfg, step=8)
+    assert json.loads((folder / "retriever" / "manifest.json").read_text())["step"] == 8
+    model = sentence_transformers.SentenceTransformer(str(folder / "retriever"), device="cpu")
+    expected = embed_query(loaded, QUERIES[0])
+    assert torch.allclose(model.encode_query(QUERIES[:1], convert_to_tensor=True), expected, atol=1e-5)
+    assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no staging or trash left behind
