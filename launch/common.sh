@@ -51,3 +51,77 @@ launch_setup() {
         )
     fi
 }
+
+# Preemption (realm.training.preemption): SIGUSR1 (SLURM's advance warning, forwarded by launch/slurm/*.sbatch) or
+# SIGTERM makes every trainer process checkpoint at its next step boundary and exit with PREEMPTED_EXIT_CODE.
+PREEMPTED_EXIT_CODE=143
+# note: torch's elastic agent (accelerate's multi-process launcher) starts its workers in sessions of their own and
+# forwards only the signals named here; it then gives them PET_SHUTDOWN_TIMEOUT seconds (torch's default: 30) to save
+export PET_SIGNALS_TO_HANDLE="${PET_SIGNALS_TO_HANDLE:-SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1}"
+export PET_SHUTDOWN_TIMEOUT="${PET_SHUTDOWN_TIMEOUT:-300}"
+
+# run_preemptible CMD...: runs the launcher CMD as a child of this shell and returns its exit status, or
+# PREEMPTED_EXIT_CODE when this shell got SIGUSR1 or SIGTERM meanwhile and CMD did not end cleanly (accelerate's
+# launcher reports a worker's 143 as 1). This shell outlives the signal: SLURM ends a job step once its task's shell
+# exits, killing processes that are still saving. CMD ignores both signals unless it handles them (torch's agent
+# does): a signal sent to the whole step reaches the trainer processes, which handle it, and never ends their launcher
+# first.
+run_preemptible() {
+    local status=0
+    preempted=0
+    trap 'preempted=1' USR1 TERM
+    (trap '' USR1 TERM && exec "$@") || status=$?
+    trap - USR1 TERM
+    if ((status != 0 && preempted)); then status=$PREEMPTED_EXIT_CODE; fi
+    return "$status"
+}
+
+# Sets the array BUILDER_CMD: the index builder (realm.index_builder.watch) for the comma-separated GPUs in $1: one
+# process, or one per GPU joined in one group (--enable_distributed: each embeds its shard of the blocks, rank 0
+# publishes). On multi_node with BUILDER_NODES=all, the group spans every node (its rank 0 on MACHINE_RANK 0), with
+# its own rendezvous at MAIN_PROCESS_IP:BUILDER_PORT (default MAIN_PROCESS_PORT + 1).
+builder_command() {
+    local num_gpus
+    num_gpus="$(count_list "$1")"
+    if [[ "$TOPOLOGY" == multi_node && "${BUILDER_NODES:-first}" == all ]]; then
+        BUILDER_CMD=(torchrun --nnodes "$NUM_MACHINES" --node_rank "$MACHINE_RANK" --nproc_per_node "$num_gpus"
+            --master_addr "$MAIN_PROCESS_IP" --master_port "${BUILDER_PORT:-$((${MAIN_PROCESS_PORT:-29500} + 1))}"
+            -m realm.index_builder.watch --enable_distributed=true)
+    elif ((num_gpus > 1)); then
+        BUILDER_CMD=(torchrun --standalone --nproc_per_node "$num_gpus" -m realm.index_builder.watch
+            --enable_distributed=true)
+    else
+        BUILDER_CMD=(python -m realm.index_builder.watch)
+    fi
+}
+
+# srun_requeue_on_preemption SRUN_ARGS...: for sbatch scripts. Runs the job step (srun) in the background and waits
+# for it; a SIGUSR1 to the batch shell (#SBATCH --signal=B:USR1@SECONDS) is forwarded to the step (srun passes it on
+# to every task), and when the step then ends unfinished (the trainer checkpointed and exited) the job is requeued
+# (scontrol requeue; #SBATCH --requeue): it starts again with the same command and resumes from that checkpoint.
+# Returns the step's exit status.
+srun_requeue_on_preemption() {
+    local status=0 again step_pid
+    preempted=0
+    srun "$@" &
+    step_pid=$!
+    trap 'preempted=1; kill -USR1 "$step_pid" 2>/dev/null || true' USR1
+    wait "$step_pid" || status=$?
+    # note: a trap ends the wait early (status > 128) while the step runs on, so wait until it has ended; then once
+    # more, since the last wait may have been a trap's: bash >= 5.1 gives the step's own status again, older bash 127
+    while kill -0 "$step_pid" 2>/dev/null; do
+        status=0
+        wait "$step_pid" || status=$?
+    done
+    again=0
+    wait "$step_pid" 2>/dev/null || again=$?
+    if ((again != 127)); then status=$again; fi
+    trap - USR1
+    # note: any failure after the forwarded signal counts: srun --kill-on-bad-exit may end the last tasks with
+    # another status once the first exits with PREEMPTED_EXIT_CODE, and a run that finished exits 0
+    if ((preempted && status != 0)); then
+        echo "$(date -Is) job ${SLURM_JOB_ID:-?}: step stopped by preemption (exit $status), requeued" >&2
+        scontrol requeue "${SLURM_JOB_ID:?}"
+    fi
+    return "$status"
+}
