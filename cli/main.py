@@ -13,6 +13,8 @@ realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into b
 realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
 realm inspect RUN "query"       top-k retrieved blocks with their scores
 realm report RUN                self-contained HTML report of a run
+realm launch pretrain|... [...]  a launch/ script (accelerate topologies, GPUs, Slurm); `realm launch copy` puts
+                                them into a project folder (cli/launch.py)
 realm export RUN OUT --format F the encoder (hf), retriever (sentence-transformers) or index (pyserini) of a run
 realm knnlm train-lm|build|evaluate|sweep|tune|inspect   kNN-LM: tiny causal LM, token datastore, perplexity,
                                 neighbours of a token (knnlm_jobs/)
@@ -45,6 +47,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "evaluate-mlm": ("realm.cli.inspect:main_evaluate_mlm", "held-out masked-fact metrics of a run or checkpoint"),
     "inspect": ("realm.cli.inspect:main_inspect", "top-k retrieved blocks for a query"),
     "report": ("realm.cli.report:main", "self-contained HTML report of a run from its own logs"),
+    "launch": ("realm.cli.launch:main", "run a launch/ script (pretrain, finetune, ...), or copy them into a folder"),
     "export": ("realm.cli.export:main", "a run's encoder, retriever or index as hf, sentence-transformers or pyserini"),
     "knnlm train-lm": ("realm.knnlm_jobs.train_lm:main", "train a tiny GPT-2 on a corpus (demo, tests, benchmark)"),
     "knnlm build": ("realm.knnlm_jobs.build_datastore:main", "build a kNN-LM token datastore (1 or N processes)"),

@@ -21,6 +21,7 @@ import yaml
 
 from realm.core.atomic import write_text_atomic
 from realm.core.errors import ConfigError
+from realm.core.resources import data_dir, packaged_config
 
 T = TypeVar("T")
 
@@ -264,16 +265,14 @@ def merge_sections(base: dict[str, Any], update: dict[str, Any], where: str = "c
     return _merge(base, update, "", _Origins(where))
 
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
-
-
 def resolve_config_path(path: str | Path) -> Path:
-    """``path`` as given, else relative to the project checkout (so ``configs/...`` works from any directory)."""
+    """``path`` as given when it names a file or is absolute (a user's own config wins), else the packaged recipe of
+    that name (``configs/pretrain/tiny.yaml`` from any directory, installed or in a checkout:
+    ``realm.core.resources``), else ``path`` as given (which ``read_yaml`` reports missing)."""
     path = Path(path)
     if path.is_file() or path.is_absolute():
         return path
-    candidate = PROJECT_ROOT / path
-    return candidate if candidate.is_file() else path
+    return packaged_config(path) or path
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
@@ -281,7 +280,8 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     if path.is_dir():
         raise ConfigError(f"config file {path} is a directory, not a YAML file")
     if not path.is_file():
-        raise ConfigError(f"config file not found: {path}")
+        shipped = f" (nor among the packaged ones in {data_dir('configs')})" if path.parts[:1] == ("configs",) else ""
+        raise ConfigError(f"config file not found: {path}{shipped}")
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:

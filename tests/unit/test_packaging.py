@@ -3,12 +3,17 @@ a user with ``trainer``, ``finetune`` or ``pipeline`` (all taken on the package 
 
 from __future__ import annotations
 
+import configparser
 import importlib.metadata
 import json
 import subprocess
 import sys
 import textwrap
+import pytest
 
+from realm.core.config import read_yaml
+from realm.core.errors import ConfigError
+from realm.core.resources import data_dir
 from tests.helpers import ROOT
 from tests.unit.test_architecture import BENCH, package_folders, setup_options
 
@@ -31,7 +36,10 @@ def test_every_package_folder_is_in_the_wheel():
     folders = {name: folder for name, folder in package_folders().items() if name != BENCH}
     expected = {".".join((name, *init.parent.relative_to(folder).parts))
                 for name, folder in folders.items() for init in folder.rglob("__init__.py")}
-    assert listed == expected
+    data = {name for name, folder in folders.items() if not (folder / "__init__.py").is_file()}
+    assert data == {"realm.configs", "realm.launch"}  # data only: no code would be importable from them
+    assert not [path for name in data for path in folders[name].rglob("*.py")]
+    assert listed == expected | data
     code_folders = {p for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file() and p.name != "tests"}
     assert code_folders <= set(folders.values()), "a top-level package folder that setup.cfg does not map"
 
@@ -56,3 +64,34 @@ def test_colliding_packages_import_beside_the_project(tmp_path):
     assert found["theirs"] == {name: f"other {name}" for name in TAKEN}
     assert [path.split("/")[-2:] for path in found["ours"]] == [
         ["trainer", "pretrain_loop.py"], ["finetune", "train.py"], ["pipeline", "real_text.py"]]
+
+
+def _package_data() -> dict[str, list[str]]:
+    parser = configparser.ConfigParser()
+    parser.read(ROOT / "setup.cfg")
+    return {name: [g.strip() for g in globs.split(",")] for name, globs in parser["options.package_data"].items()}
+
+
+@pytest.mark.parametrize("name", ["realm.configs", "realm.launch"])
+def test_every_file_of_a_data_folder_is_package_data(name):
+    """A new file under configs/ or launch/ that setup.cfg's globs miss would be absent from the wheel only."""
+    folder = package_folders()[name]
+    files = {p for p in folder.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    matched = {p for pattern in _package_data()[name] for p in folder.glob(pattern) if p.is_file()}
+    assert files and files == matched, sorted(str(p.relative_to(folder)) for p in files - matched)
+
+
+def test_a_users_own_config_wins_over_the_packaged_one(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    packaged = read_yaml("configs/warmup/demo.yaml")
+    assert packaged == read_yaml(ROOT / "configs" / "warmup" / "demo.yaml")  # from outside the checkout
+    (tmp_path / "configs" / "warmup").mkdir(parents=True)
+    (tmp_path / "configs" / "warmup" / "demo.yaml").write_text("train:\n  max_steps: 3\n")
+    assert read_yaml("configs/warmup/demo.yaml") == {"train": {"max_steps": 3}}
+
+
+def test_a_missing_config_names_where_the_packaged_ones_are(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError, match=r"config file not found: configs/warmup/nope.yaml \(nor among the packaged"):
+        read_yaml("configs/warmup/nope.yaml")
+    assert data_dir("configs") == ROOT / "configs" and data_dir("launch") == ROOT / "launch"  # a checkout's own
