@@ -6,6 +6,7 @@
 # Knobs (environment variables): TOPOLOGY, NUM_PROCESSES, MIXED_PRECISION, MAIN_PROCESS_PORT and, for multi_node,
 # NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, as in launch/pretrain.sh; TRAINER_GPUS: GPU ids to train on
 # (default: all visible; NUM_PROCESSES defaults to one process per GPU, times NUM_MACHINES).
+# Preemption: a SIGUSR1 or SIGTERM checkpoints the job at its next step and exits with 143 (launch/common.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=launch/common.sh
@@ -23,4 +24,4 @@ if ! is_cpu_topology; then
         LAUNCH_ARGS+=(--num_processes "$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))")
     fi
 fi
-exec accelerate launch "${LAUNCH_ARGS[@]}" -m realm.finetune.train "$@"
+run_preemptible accelerate launch "${LAUNCH_ARGS[@]}" -m realm.finetune.train "$@" || exit $?

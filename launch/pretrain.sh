@@ -17,15 +17,21 @@
 # the trainer has finished and the last export is indexed.
 #   TRAINER_GPUS       GPU ids of the trainer, comma-separated (default: all visible but the last; the only one if
 #                      there is one, shared with the builder)
-#   BUILDER_GPUS       GPU id(s) of the builder (default: the last visible; on multi_node only on MACHINE_RANK 0);
-#                      "none" starts no builder here (run `realm index` elsewhere on the shared run directory);
-#                      several ids build each index version with one process per GPU (--enable_distributed)
+#   BUILDER_GPUS       GPU id(s) of the builder (default: the last visible; on multi_node only on MACHINE_RANK 0
+#                      unless BUILDER_NODES=all); "none" starts no builder here (run `realm index` or
+#                      launch/index.sh elsewhere on the shared run directory); several ids build each index version
+#                      with one process per GPU (--enable_distributed)
+#   BUILDER_NODES      multi_node: first (default: the builder on node 0 only) or all (one builder group over the
+#                      BUILDER_GPUS of every node: each node embeds its shards, node 0 publishes; BUILDER_PORT,
+#                      default MAIN_PROCESS_PORT + 1, is its rendezvous port on node 0)
 #   BUILDER_CONFIG     index config (default configs/index/default.yaml)
 #   BUILDER_PRECISION  fp32 | bf16 | fp16: dtype of the builder's embedder (default bf16 on GPUs; the index only
 #                      chooses candidates, the trainer re-embeds them live in its own precision)
 #   RUN_DIR            run directory for the builder (default: train.run_dir of the config and overrides given)
 # multi_node (launch/slurm/pretrain.sbatch sets these): NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP; every node runs
 # the same number of trainer processes and sees the run directory on a shared file system.
+# Preemption: a SIGUSR1 or SIGTERM to this script (or to the whole job step) makes the trainer checkpoint at its next
+# step boundary; the script then exits with 143 (launch/common.sh run_preemptible, realm.training.preemption).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # shellcheck source=launch/common.sh
@@ -33,7 +39,8 @@ source launch/common.sh
 launch_setup
 
 if is_cpu_topology; then
-    exec accelerate launch "${LAUNCH_ARGS[@]}" -m realm.trainer.pretrain "$@"
+    run_preemptible accelerate launch "${LAUNCH_ARGS[@]}" -m realm.trainer.pretrain "$@" || exit $?
+    exit 0
 fi
 
 gpus="$(visible_gpus)"
@@ -49,7 +56,7 @@ if ((${#gpu_ids[@]} > 1)); then
 else
     TRAINER_GPUS="${TRAINER_GPUS:-$last_gpu}"
 fi
-if [[ "$TOPOLOGY" == multi_node && "${MACHINE_RANK:-0}" != 0 ]]; then
+if [[ "$TOPOLOGY" == multi_node && "${MACHINE_RANK:-0}" != 0 && "${BUILDER_NODES:-first}" != all ]]; then
     BUILDER_GPUS="${BUILDER_GPUS:-none}"
 fi
 BUILDER_GPUS="${BUILDER_GPUS:-$last_gpu}"
@@ -88,14 +95,11 @@ PY
         )"
     fi
     mkdir -p "$RUN_DIR"
-    if (($(count_list "$BUILDER_GPUS") > 1)); then
-        builder=(torchrun --standalone --nproc_per_node "$(count_list "$BUILDER_GPUS")" -m realm.index_builder.watch
-            --enable_distributed=true)
-    else
-        builder=(python -m realm.index_builder.watch)
-    fi
-    CUDA_VISIBLE_DEVICES="$BUILDER_GPUS" "${builder[@]}" --config "${BUILDER_CONFIG:-configs/index/default.yaml}" \
-        --run_dir "$RUN_DIR" --device=cuda --precision="${BUILDER_PRECISION:-bf16}" >>"$RUN_DIR/builder.log" 2>&1 &
+    builder_command "$BUILDER_GPUS"
+    # note: it ignores SIGUSR1 (a preemption warning is the trainer's to act on); SIGTERM stops it between batches
+    (trap '' USR1 && CUDA_VISIBLE_DEVICES="$BUILDER_GPUS" exec "${BUILDER_CMD[@]}" \
+        --config "${BUILDER_CONFIG:-configs/index/default.yaml}" --run_dir "$RUN_DIR" --device=cuda \
+        --precision="${BUILDER_PRECISION:-bf16}") >>"$RUN_DIR/builder.log" 2>&1 &
     builder_pid=$!
     trap stop_builder EXIT
     echo "launch/pretrain.sh: index builder (pid $builder_pid) on GPU(s) $BUILDER_GPUS, log in $RUN_DIR/builder.log" >&2
@@ -103,8 +107,8 @@ fi
 
 echo "launch/pretrain.sh: trainer on GPU(s) $TRAINER_GPUS (${LAUNCH_ARGS[*]})" >&2
 status=0
-CUDA_VISIBLE_DEVICES="$TRAINER_GPUS" accelerate launch "${LAUNCH_ARGS[@]}" -m realm.trainer.pretrain "$@" \
-    --refresh.spawn_builder=false || status=$?
+CUDA_VISIBLE_DEVICES="$TRAINER_GPUS" run_preemptible accelerate launch "${LAUNCH_ARGS[@]}" -m realm.trainer.pretrain \
+    "$@" --refresh.spawn_builder=false || status=$?
 if ((status == 0)) && [[ -n "$builder_pid" ]]; then
     wait "$builder_pid" || status=$? # it indexes the last export, sees RUN/DONE and exits
     builder_pid=""

@@ -380,12 +380,13 @@ class Trainer:
         raise self.preemption.stop(self.accelerator, self.step, signum)
 
     def close(self) -> None:
-        """Stops the watcher and the child builder; marks the run done so a standalone builder exits."""
+        """Stops the watcher and the child builder; marks the run done so a standalone builder exits (unless
+        preempted: the requeued run continues on the same index)."""
         self.watcher.close()
         self.candidates.close()
         self.loop.close()
         self.accelerator.end_training()  # finishes trackers (writes the offline W&B run)
-        if self.accelerator.is_main_process:
+        if self.accelerator.is_main_process and not self._preempted:  # a preempted run comes back: builders wait
             mark_done(self.run_dir)
         if self.builder is not None:
             self.builder.stop()

@@ -57,6 +57,7 @@ def test_sigterm_checkpoints_the_step_it_stops_at_and_the_resumed_run_is_exact(s
     assert f"stopped by SIGTERM after step {stopped}, checkpointed" in stderr
     assert max(per_step(run, "train/loss")) == stopped  # the steps since the last log were logged
     assert not builder_pids(run)
+    assert not (run / "DONE").exists()  # a standalone builder keeps waiting for the requeued run
 
     run_module("realm.trainer.pretrain", *args, f"--train.run_dir={run}")
     for key in ("train/loss", "index/version"):
