@@ -21,6 +21,7 @@ import yaml
 
 from realm.core.atomic import write_text_atomic
 from realm.core.errors import ConfigError
+from realm.core.extras import check_extras
 from realm.core.resources import data_dir, packaged_config
 
 T = TypeVar("T")
@@ -331,7 +332,8 @@ def options_help(cls: type) -> str:
 def config_from_command_line(cls: type[T], argv: list[str] | None, prog: str, description: str, *,
                              config_required: bool = False) -> T:  # fmt: skip
     """The one option style of every job and process: ``--config FILE.yaml`` plus ``--section.key=value`` overrides,
-    with ``--help`` listing every key and its default."""
+    with ``--help`` listing every key and its default; the optional packages the config needs are checked here
+    (``realm.core.extras``)."""
     parser = argparse.ArgumentParser(
         prog=prog, description=description, epilog=options_help(cls), allow_abbrev=False,
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -339,4 +341,8 @@ def config_from_command_line(cls: type[T], argv: list[str] | None, prog: str, de
     parser.add_argument("--config", default=None, required=config_required,
                         help="YAML config (see configs/); --section.key=value overrides any of its keys")  # fmt: skip
     args, overrides = parser.parse_known_args(argv)
-    return load_config(cls, args.config, overrides)
+    config = load_config(cls, args.config, overrides)
+    # note: here, before the command does any work: a setting whose package is missing is one line now, not a
+    # traceback after minutes of data preparation
+    check_extras(config)
+    return config

