@@ -62,7 +62,7 @@ RESULTS=$(cd "$RESULTS" && pwd)
 if [ -n "${OUT:-}" ]; then WORK=${WORK:-/tmp/gpu_check}; else WORK=${WORK:-$RESULTS/work}; fi
 $PY -m pip list 2>/dev/null | grep -iE '^(torch|transformers|datasets|faiss-cpu|accelerate|numpy) ' > "$RESULTS/console.log"
 # note: the check keeps its own 480 s budget; this outer limit only guards the 10-minute command against a hang
-timeout -k 10 570 $PY bench/gpu_check.py --out "$WORK" --json "$RESULTS/gpu_check.json" "$@" 2>&1 \
+timeout -k 5 590 $PY bench/gpu_check.py --out "$WORK" --json "$RESULTS/gpu_check.json" "$@" 2>&1 \
     | tee -a "$RESULTS/console.log"
 status=${PIPESTATUS[0]}
 $PY bench/gpu_check.py --table "$RESULTS/gpu_check.json" > "$RESULTS/gpu_check.md" 2>> "$RESULTS/console.log"

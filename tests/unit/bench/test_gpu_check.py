@@ -119,3 +119,19 @@ def test_gpu_test_files_are_the_ones_that_touch_cuda_and_not_this_one():
     assert "tests/unit/index/test_torch_search.py" in files
     assert all("cuda" in Path(parts.REPO / f).read_text() for f in files)
     assert not any(f.endswith("test_gpu_check.py") for f in files)
+
+
+def test_live_builds_leave_out_the_first_index_built_before_training(tmp_path):
+    pipeline = bench_module("gpu_check_pipeline")
+    for step, vectors, seconds in ((0, 1000, 1.0), (100, 1000, 2.0), (200, 1000, 4.0)):
+        folder = tmp_path / "index" / f"v-{step:08d}"
+        folder.mkdir(parents=True)
+        manifest = {"num_vectors": vectors, "build_seconds": seconds, "embed_precision": "bf16"}
+        (folder / "manifest.json").write_text(json.dumps(manifest))
+    builds = pipeline.live_builds(tmp_path)
+    # v0 (1,000 blocks/s, the GPU to itself) is left out: 500 and 250 blocks/s while the trainer ran
+    assert (builds["versions"], builds["live_versions"], builds["precision"]) == (3, 2, "bf16")
+    assert builds["build_blocks_per_s_median"] == 375.0 and abs(builds["build_blocks_per_s_total"] - 2000 / 6) < 1e-9
+    for step in (100, 200):
+        (tmp_path / "index" / f"v-{step:08d}" / "manifest.json").unlink()
+    assert pipeline.live_builds(tmp_path)["build_blocks_per_s_total"] == 1000.0  # only one: that one
