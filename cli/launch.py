@@ -18,9 +18,10 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 
-from realm.core.errors import ArgumentError
+from realm.core.errors import USER_ERROR_EXIT_CODE, ArgumentError
 from realm.core.resources import CHECKOUT_ROOT, data_dir
 
 USAGE = __doc__.split("\n\n")[1]
@@ -62,8 +63,10 @@ def find_script(name: str, cwd: Path) -> Path:
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print(f"usage:\n{USAGE}\n\nscripts: {', '.join(script_names(data_dir('launch')))}")
-        return 0
+        # note: as `realm` itself: asked-for help is output, a missing script name is a usage error
+        print(f"usage:\n{USAGE}\n\nscripts: {', '.join(script_names(data_dir('launch')))}",
+              file=sys.stdout if argv else sys.stderr)  # fmt: skip
+        return 0 if argv else USER_ERROR_EXIT_CODE
     name, rest = argv[0], argv[1:]
     if name == "copy":
         if len(rest) > 1:

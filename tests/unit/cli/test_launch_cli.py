@@ -52,3 +52,10 @@ def test_launch_execs_the_script_in_its_folder_with_the_arguments_and_its_exit_c
     cwd, args = calls.read_text().strip().split("|")
     assert cwd == str(project) and "--config_file launch/accelerate/single_cpu.yaml" in args
     assert args.endswith("-m realm.finetune.train --init.run=runs/a b")
+
+
+def test_help_lists_the_scripts_and_no_name_is_a_usage_error(capsys):
+    assert launch.main(["--help"]) == 0
+    assert "realm launch copy [DIR]" in capsys.readouterr().out
+    assert launch.main([]) == 2
+    assert "scripts: " in capsys.readouterr().err and "pretrain" in launch.script_names(ROOT / "launch")
