@@ -11,10 +11,11 @@ pre-training sentences.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Collection, Sequence
 
 import datasets
 import pyarrow.compute as pc
@@ -138,6 +139,21 @@ def _prepare_batch(
     return out
 
 
+def without_sentences(records: datasets.Dataset, excluded: Collection[str], what: str) -> datasets.Dataset:
+    """``records`` (a ``text`` column) less the rows whose text, stripped, is one of ``excluded``: sentences held out
+    one by one (``realm.pretrain.reachable_cloze``) that no training stage may read. The skip is counted and logged for
+    ``what``. Matching is by text, not by source block, so a copy of a held-out sentence elsewhere in the corpus is
+    skipped too (a copy trained on would leak the item as surely as the original)."""
+    if not excluded:
+        return records
+    listed = frozenset(text.strip() for text in excluded)
+    kept = records.filter(lambda batch: [t.strip() not in listed for t in batch["text"]], batched=True,
+                          desc="Skipping held-out sentences")  # fmt: skip
+    logger.info("%s: skipped %d of %d sentences held out one by one (%d listed)", what, len(records) - len(kept),
+                len(records), len(listed))  # fmt: skip
+    return kept
+
+
 def prepare_sentences(
     records: datasets.Dataset,
     tokenizer: PreTrainedTokenizerBase,
@@ -147,6 +163,7 @@ def prepare_sentences(
     batch_size: int = 256,
     num_proc: int | None = None,
     fingerprint: str | None = None,
+    exclude: Collection[str] = (),
 ) -> datasets.Dataset:
     """Tokenizes pre-training sentences and maps their salient spans and gold answers to wordpiece ranges.
 
@@ -161,6 +178,7 @@ def prepare_sentences(
         num_proc: Worker processes for ``map``.
         fingerprint: Cache key of the result; by default ``datasets`` hashes the inputs, tokenizer and tagger
             (pass one when the tagger cannot be hashed cheaply).
+        exclude: Sentence texts never to prepare (``without_sentences``: held-out sentences, skipped and counted).
 
     Returns:
         A dataset with the columns of ``SENTENCE_FEATURES``: ``input_ids`` (int32 wordpieces without specials,
@@ -178,6 +196,10 @@ def prepare_sentences(
     if not getattr(tokenizer, "is_fast", False):
         raise ValueError("prepare_sentences needs a fast tokenizer (offset mappings)")
     check_reads_text(tokenizer, records.select(range(min(batch_size, len(records))))["text"], "the sentences")
+    records = without_sentences(records, exclude, "prepare_sentences")
+    if fingerprint and exclude:  # note: the caller's key names the input, not what was skipped from it
+        digest = hashlib.sha1("\n".join(sorted(exclude)).encode("utf-8")).hexdigest()[:16]
+        fingerprint = f"{fingerprint}-{digest}"
     prepared = records.map(
         _prepare_batch,
         batched=True,
