@@ -200,7 +200,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="CPU, every shape shrunk, the same code paths")
     p.add_argument("--pipelines", action="store_true", help="dry run: also the demo at CI size (about 1.5 min)")
     p.add_argument("--full-pipelines", action="store_true",
-                   help="every pipeline stage at its config's length: with --parts demo real_text --budget 560")
+                   help="every pipeline stage at its config's length: with --parts demo real_text --budget 520")
     p.add_argument("--data", default=str(REPO / ".gpu_check" / "data"), help="the real-text data files' folder")
     p.add_argument("--table", metavar="JSON", nargs="+", help="print docs/performance.md's rows from check JSONs")
     p.add_argument("--describe", metavar="PATH", help=argparse.SUPPRESS)

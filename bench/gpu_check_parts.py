@@ -9,7 +9,7 @@ demo; the real-text GPU config; the GPU-touching tests. Together the two pipelin
 configs' lengths, so within the budget the stages before pre-training are shortened (the demo's pre-training keeps
 its 600 steps, where the trainer's wait and the live builder's throughput come from; real text's runs 500 of its
 1,000, two refreshes after the first index); ``--full-pipelines`` runs every stage at its config's length, in a
-command of its own (``--parts demo real_text --full-pipelines --budget 560``). The limits add up to a little more
+command of its own (``--parts demo real_text --full-pipelines --budget 520``). The limits add up to a little more
 than the budget: the tests, last, get what is left of it.
 """
 
@@ -230,9 +230,9 @@ PARTS = [
     Part(name="builder", timeout_s=80, command=builder_command, collect=builder_figures),
     Part(name="search", timeout_s=40, command=search_command, collect=lambda folder: _read_json(folder / "search.json")),
     Part(name="demo", timeout_s=135, command=demo_command, collect=pipeline_figures, skip=demo_skip,
-         dry_timeout_s=300, full_timeout_s=230),
+         dry_timeout_s=300, full_timeout_s=220),
     Part(name="real_text", timeout_s=105, command=real_text_command, collect=pipeline_figures, skip=real_text_skip,
-         full_timeout_s=320),
+         full_timeout_s=300),
     Part(name="tests", timeout_s=50, command=tests_command, collect=tests_figures),
 ]
 """Every part, in the order they run: the measurements first, the tests (pass or fail) last."""
