@@ -25,6 +25,23 @@ from realm.pretrain.heldout_eval import bm25_retrieval, embed_corpus, evaluate_h
 from realm.pretrain.saved_run import LoadedRun, load_run
 from realm.run import layout, live_index, publication
 
+RUN_OVERRIDES_HELP = (
+    "Any --section.key=value overrides the run's config.yaml, e.g. --data.blocks=PATH for inputs moved apart from "
+    "the run (paths inside the run, and inputs moved with it, are found without one: realm.run.paths)."
+)
+
+
+def _parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """The command's own options, plus dotted overrides of the run's config (``args.overrides``)."""
+    parser.epilog = RUN_OVERRIDES_HELP
+    args, rest = parser.parse_known_args(argv)
+    wrong = [arg for arg in rest if not (arg.startswith("--") and "." in arg.split("=", 1)[0])]
+    if wrong:
+        parser.error(f"unrecognized arguments: {' '.join(wrong)}")
+    args.overrides = rest
+    return args
+
+
 # ---------------------------------------------------------------------------------------------- evaluate-mlm
 
 
@@ -48,11 +65,11 @@ def main_evaluate_mlm(argv: list[str]) -> int:
         "queried with the masked sentence, read by the same model (the lexical baseline)",
     )  # fmt: skip
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the metrics to this json file")
-    return _evaluate_mlm(parser.parse_args(argv))
+    return _evaluate_mlm(_parse_with_overrides(parser, argv))
 
 
 def _evaluate_mlm(args: argparse.Namespace) -> int:
-    loaded = load_run(args.run, args.checkpoint)
+    loaded = load_run(args.run, args.checkpoint, args.overrides)
     cfg = loaded.cfg
     heldout = args.heldout or cfg.data.heldout
     if not heldout:
@@ -127,7 +144,7 @@ def main_inspect(argv: list[str]) -> int:
         help="current: the live published index (index/CURRENT); exact: embed every block now "
         "with the checkpoint's document embedder",
     )
-    args = parser.parse_args(argv)
+    args = _parse_with_overrides(parser, argv)
     if args.k <= 0:
         parser.error("--k must be positive")
     return _inspect(args)
@@ -178,7 +195,7 @@ def _no_live_index(run_dir: Path) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    loaded = load_run(args.run, args.checkpoint)
+    loaded = load_run(args.run, args.checkpoint, args.overrides)
     index, description = _open_index(loaded, args.index)
     scores, ids = index.search(embed_query(loaded, args.query), args.k)
     hits = [(s, i) for s, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]

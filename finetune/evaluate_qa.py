@@ -56,9 +56,11 @@ def write_evaluation(
     return folder
 
 
-def load_qa_run(out_dir: str | Path):
-    """(model, tokenizer, frozen index, reader config, manifest) of a ``realm finetune`` output folder."""
-    from realm.finetune.setup import MODEL_DIR, qa_context
+def load_qa_run(out_dir: str | Path, blocks: str = ""):
+    """(model, tokenizer, frozen index, reader config, manifest) of a ``realm finetune`` output folder, wherever it
+    has moved (the paths its manifests record are found by ``realm.run.paths``'s rule); ``blocks`` overrides where
+    the index's blocks are."""
+    from realm.finetune.setup import MODEL_DIR, index_blocks, qa_context
 
     out = Path(out_dir)
     manifest = publication.read_manifest(out / MODEL_DIR)
@@ -72,10 +74,11 @@ def load_qa_run(out_dir: str | Path):
     if not index_path.is_dir():  # note: the folder was moved; its own index is where it was, relatively
         index_path = out / "index" / index_path.name
     index = versions.load_index_version(index_path)
-    check_blocks_tokenizer(index.manifest["blocks"], tokenizer)
+    blocks = index_blocks(index, blocks)
+    check_blocks_tokenizer(blocks, tokenizer)
     publication.verify_published(out / MODEL_DIR)
     model = OpenQAModel.from_pretrained(out / MODEL_DIR)
-    return model, qa_context(index, tokenizer, reader, retrieval), manifest
+    return model, qa_context(index, tokenizer, reader, retrieval, blocks), manifest
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
@@ -91,6 +94,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--question-field", default="question", help="jsonl task only")
     parser.add_argument("--answers-field", default="answers", help="jsonl task only")
     parser.add_argument("--regex", action="store_true", help="jsonl task only: answers are regular expressions")
+    parser.add_argument("--blocks", default="", help="the frozen index's blocks, when they moved apart from the run "
+                        "(default: where the index's manifest records them, or where the run's move took them)")
     parser.add_argument("--report_to", default="none", help="none, wandb, tensorboard or all")
     parser.add_argument("--threads", type=int, default=0, help="intra-op threads (0: torch's default)")
     parser.add_argument("--precision", default="auto", choices=PRECISIONS,
@@ -115,7 +120,7 @@ def _evaluate(args: argparse.Namespace) -> int:
         top_k = tuple(int(k) for k in args.top_k.split(","))
     except ValueError:
         raise ArgumentError(f"--top-k must be comma-separated integers, got {args.top_k!r}") from None
-    model, ctx, manifest = load_qa_run(out)
+    model, ctx, manifest = load_qa_run(out, args.blocks)
     questions = ctx.question_set(task.load(args.data, args.max_questions), max(top_k))
     accelerator = build_accelerator(tracking, out, args.precision)
     init_trackers(accelerator, tracking, out, {"data": args.data, "task": args.task}, job_type="evaluate")

@@ -21,7 +21,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from realm.core.errors import ConfigError
+from realm.core.errors import ConfigError, MissingFileError
 from realm.data.blocks import BlocksInput, BlockStore, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
@@ -36,7 +36,8 @@ from realm.qa.candidates import RetrievalConfig
 from realm.qa.model import OpenQAModel
 from realm.qa.qa_eval import QAContext
 from realm.qa.spans import Wordpieces
-from realm.run import layout, live_index
+from realm.run import layout, live_index, publication
+from realm.run.paths import missing_path_error
 
 logger = logging.getLogger(__name__)
 
@@ -147,10 +148,23 @@ def frozen_index(out_dir: Path, start: Start, init: InitConfig, index_cfg: Index
     return versions.load_index_version(version, cfg=index_cfg)
 
 
+def index_blocks(index: versions.PublishedIndex, override: str = "", option: str = "--blocks") -> str:
+    """The blocks the frozen ``index`` was built over: ``override`` when given, else where its manifest records them
+    (found after a move of the run, ``realm.run.paths``); a ``MissingFileError`` naming ``option`` when neither
+    exists."""
+    blocks = override or index.manifest.get("blocks", "")
+    if not blocks or not Path(blocks).exists():
+        where = "the override" if override else str(index.path / publication.MANIFEST)
+        raise MissingFileError(missing_path_error("blocks", blocks, where, f"{option}=PATH"))
+    return blocks
+
+
 def qa_context(
-    index: versions.PublishedIndex, tokenizer, reader: ReaderConfig, retrieval: RetrievalConfig
+    index: versions.PublishedIndex, tokenizer, reader: ReaderConfig, retrieval: RetrievalConfig, blocks: str = ""
 ) -> QAContext:
-    blocks = load_blocks(index.manifest["blocks"], tokenizer)  # note: ids outside the vocabulary, one line here
+    """What evaluation and training read besides the model: the frozen index, its blocks (``index_blocks``:
+    ``blocks`` overrides where the index's manifest records them), wordpieces and the reader's shape."""
+    blocks = load_blocks(index_blocks(index, blocks), tokenizer)  # note: ids outside the vocabulary, one line here
     return QAContext(
         store=BlockStore(blocks),
         index=index,

@@ -25,7 +25,8 @@ RUN/
 ```
 
 Every folder is published by the rule of ``realm.run.publication``; which index version is live, and who may remove
-a published folder, is ``realm.run.live_index``.
+a published folder, is ``realm.run.live_index``. A run can move (another mount, another node): the paths it records
+(``config.yaml``, the manifests) are read back where they are now by the rule of ``realm.run.paths``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from realm.core.atomic import disk_writes
 from realm.core.errors import RunError
+from realm.run.paths import RUN_ROOT, record_path, run_root
 from realm.run.publication import (
     check_files,
     file_entries,
@@ -166,12 +168,13 @@ def export_retriever(
         if final.exists():
             logger.warning("replacing retriever export %s (different weights at the same step)", final)
             remove_folder(final)
-        # note: a tokenizer may be a hub name rather than a folder; only local paths are made absolute
-        tokenizer = str(Path(tokenizer_path).resolve()) if Path(tokenizer_path).exists() else tokenizer_path
+        # note: inputs inside the run are recorded relative to it, others absolute, a hub tokenizer as given; the
+        # builder reads them back where they are now, even after the run moved (realm.run.paths)
         manifest = {
             "step": step,
-            "blocks": str(Path(blocks_path).resolve()),
-            "tokenizer": tokenizer,
+            "blocks": record_path(blocks_path, run_dir),
+            "tokenizer": record_path(tokenizer_path, run_dir),
+            RUN_ROOT: run_root(final, run_dir),
             "max_block_length": max_block_length,
             "weights_sha256": weights,
             "files": file_entries(staging, relative_files(staging)),

@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from realm.core.atomic import disk_writes, fsync_path, write_text_atomic
 from realm.core.errors import RunError
+from realm.run.paths import PUBLISHED_AT, resolve_manifest
 
 logger = logging.getLogger(__name__)
 
@@ -69,9 +70,11 @@ def publish_folder(staging: Path, final: Path, manifest: dict[str, Any]) -> Path
     """Commits ``staging`` as ``final``: fsync its files, write ``manifest.json`` last, fsync, rename.
 
     Raises ``FileExistsError`` if ``final`` exists (published folders are immutable; on Linux ``rename`` would
-    silently replace an empty directory, hence the explicit check). Assumes one writer per parent folder.
+    silently replace an empty directory, hence the explicit check). Assumes one writer per parent folder. The
+    manifest records where it was published (``PUBLISHED_AT``), from which a reader finds its paths after a move.
     """
     staging, final = Path(staging), Path(final)
+    manifest = {**manifest, PUBLISHED_AT: os.path.abspath(final)}
     if final.exists():
         raise FileExistsError(f"{final} already exists; published folders are never overwritten")
     if (staging / MANIFEST).exists():
@@ -89,12 +92,13 @@ def publish_folder(staging: Path, final: Path, manifest: dict[str, Any]) -> Path
 
 
 def read_manifest(folder: Path) -> dict[str, Any] | None:
-    """The parsed ``manifest.json`` of ``folder``, or None when it is missing or unreadable (= not published)."""
+    """The parsed ``manifest.json`` of ``folder``, or None when it is missing or unreadable (= not published); the
+    paths it records are where they are now, even when the run has moved (``realm.run.paths.resolve_manifest``)."""
     try:
         data = json.loads((Path(folder) / MANIFEST).read_text())
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+    return resolve_manifest(data, folder) if isinstance(data, dict) else None
 
 
 def list_published(parent: Path, prefix: str) -> list[tuple[int, Path]]:

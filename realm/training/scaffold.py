@@ -28,6 +28,7 @@ from realm.core.errors import RunError, UserError
 from realm.core.logging import MetricsLogger, cut_log, set_num_threads
 from realm.core.precision import check_precision
 from realm.run.layout import CONFIG_FILE, METRICS_FILE, TRAINER_LOCK, checkpoints_dir
+from realm.run.paths import prepare_job_config, recorded_run_dir
 from realm.run.publication import RunInUseError, clean_staging, exclusive_lock, replace_published
 from realm.training.accelerator import use_fast_attention
 from realm.training.checkpoint import load_checkpoint, load_rank_tensors, resolve_resume, save_checkpoint
@@ -295,11 +296,19 @@ class TrainingLoop:
 
 
 def start_job(loop: LoopConfig, accelerator: Accelerator, config: Any) -> Path:
-    """What every job does first: threads, seed, its run directory and the resolved ``config.yaml`` in it."""
+    """What every job does first: threads, seed, its run directory and the resolved ``config.yaml`` in it, whose
+    paths are absolute; a run that moved since its ``config.yaml`` was written reads its paths where they are now
+    (``realm.run.paths.prepare_job_config``: ``config`` is changed in place, before the job reads any input)."""
     set_num_threads(loop.num_threads)
     torch.manual_seed(loop.seed)
     run_dir = _run_dir(loop.run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    # note: read on the main process before it writes config.yaml again, and sent to the others, so every process
+    # relocates the same way whichever version of the file it would have read
+    recorded = recorded_run_dir(run_dir / CONFIG_FILE) if accelerator.is_main_process else None
+    if accelerator.num_processes > 1:
+        recorded = broadcast_object_list([recorded])[0]
+    run_dir.mkdir(parents=True, exist_ok=True)  # note: before the paths are made absolute, train.run_dir among them
+    prepare_job_config(config, run_dir, recorded, run_dir / CONFIG_FILE)
     if accelerator.is_main_process:
         save_config(config, run_dir / CONFIG_FILE)
     return run_dir

@@ -56,7 +56,8 @@ def test_publish_folder_writes_manifest_last_and_renames(tmp_path, monkeypatch):
     assert publication.list_published(tmp_path, "v-") == []
     final = publication.publish_folder(staging, tmp_path / "v-00000003", {"step": 3})
     assert synced == [False] and renamed == [True]  # data synced before the manifest exists; manifest before rename
-    assert not staging.exists() and publication.read_manifest(final) == {"step": 3}
+    # note: the manifest also records where it was published, from which a reader finds its paths after a move
+    assert not staging.exists() and publication.read_manifest(final) == {"step": 3, "published_at": str(final)}
     assert publication.list_published(tmp_path, "v-") == [(3, final)]
     with pytest.raises(FileExistsError):
         publication.publish_folder(publication.new_staging(tmp_path), final, {"step": 3})
