@@ -13,7 +13,6 @@ from pathlib import Path
 
 from transformers import PreTrainedTokenizerBase
 
-from realm.core.config import load_config
 from realm.core.errors import RunError
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
@@ -22,6 +21,7 @@ from realm.models.retriever import resolve_pooling
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.model import RealmModel
 from realm.run.layout import CONFIG_FILE, checkpoints_dir, latest_retriever_export
+from realm.run.paths import load_run_config
 from realm.run.publication import read_manifest
 from realm.training.checkpoint import TRAINER_STATE, load_weights, resolve_resume
 
@@ -69,15 +69,17 @@ def load_model(cfg: PretrainConfig, vocab_size: int, weights: Path) -> RealmMode
     return load_weights(RealmModel.from_config(bert_config, retriever_cfg), weights).eval()
 
 
-def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
-    """Config, tokenizer, blocks and model (newest complete checkpoint, or ``checkpoint``) of a run directory."""
+def load_run(run_dir: str | Path, checkpoint: str | None = None, overrides: list[str] | None = None) -> LoadedRun:
+    """Config, tokenizer, blocks and model (newest complete checkpoint, or ``checkpoint``) of a run directory, its
+    paths where they are now when the run has moved (``realm.run.paths``), ``overrides`` (``--data.blocks=PATH``)
+    applied to its config."""
     run = Path(run_dir)
     if not run.is_dir():
         raise RunError(f"run directory not found: {run}")
     config_file = run / CONFIG_FILE
     if not config_file.is_file():
         raise RunError(f"{run} has no config.yaml (is it a run directory written by `realm train`?)")
-    cfg = load_config(PretrainConfig, config_file)
+    cfg = load_run_config(PretrainConfig, config_file, run, overrides)
 
     try:
         # note: the advice is this caller's; the trainer's (--train.resume=never) is an option these commands lack
@@ -100,7 +102,7 @@ def load_run(run_dir: str | Path, checkpoint: str | None = None) -> LoadedRun:
 
     export = latest_retriever_export(run)
     manifest = export[2] if export else {}
-    where = "relative paths are read from the current directory"
+    where = "read where recorded, else where the run's move took it; --data.tokenizer/--data.blocks=PATH override it"
     try:
         tokenizer_path = _local_path(cfg.data.tokenizer, manifest.get("tokenizer"))
         tokenizer = load_tokenizer(tokenizer_path)
