@@ -20,10 +20,11 @@ from tests.unit.test_architecture import BENCH, package_folders
 pytestmark = pytest.mark.slow
 
 BUILD_FILES = ("setup.cfg", "pyproject.toml", "README.md")
-DEMO = ["--entities", "60", "--vocab-size", "600", "--warmup-steps", "0", "--ict-steps", "1", "--steps", "2",
-        "--refresh.refresh_interval=2", "--refresh.swap_lag=1", "--train.log_interval=1", "--train.save_interval=2",
-        "--eval.max_examples=8", "--qa-steps", "0"]  # fmt: skip
-"""The smallest demo: every stage but the warm-up and QA (which read the same kind of packaged recipe)."""
+DEMO = ["--entities", "60", "--vocab-size", "400", "--warmup-steps", "0", "--ict-steps", "1", "--steps", "1",
+        "--refresh.refresh_interval=1", "--refresh.swap_lag=0", "--train.log_interval=1", "--train.save_interval=1",
+        "--eval.max_examples=4", "--qa-steps", "0"]  # fmt: skip
+"""The smallest demo (60 entities fill ICT's batch): every stage but the warm-up and QA, which read packaged recipes
+as ICT and pre-training do."""
 
 
 def _run(args: list, **kwargs) -> subprocess.CompletedProcess:
@@ -75,7 +76,7 @@ def test_the_wheel_runs_the_demo_and_the_launch_scripts_outside_the_checkout(tmp
 
     _run([realm, "demo", "--out", "run", *DEMO], cwd=user, env=env)
     summary = json.loads((user / "run" / "summary.json").read_text())
-    assert summary["pretrain_steps"] == 2 and (user / "run" / "ict" / "retriever" / "manifest.json").is_file()
+    assert summary["pretrain_steps"] == 1 and (user / "run" / "ict" / "retriever" / "manifest.json").is_file()
 
     # the launch scripts: not runnable from site-packages (they run relative to their folder), so copied first
     proc = subprocess.run([realm, "launch", "pretrain"], cwd=user, env=env, capture_output=True, text=True)
