@@ -43,7 +43,7 @@ launch_setup() {
     fi
     if [[ -n "${NUM_PROCESSES:-}" ]]; then LAUNCH_ARGS+=(--num_processes "$NUM_PROCESSES"); fi
     if [[ -n "${MIXED_PRECISION:-}" ]]; then LAUNCH_ARGS+=(--mixed_precision "$MIXED_PRECISION"); fi
-    if [[ "$TOPOLOGY" == multi_node ]]; then
+    if [[ "$TOPOLOGY" == multi_node* ]]; then  # multi_node (GPUs) or multi_node_cpu (gloo)
         LAUNCH_ARGS+=(
             --num_machines "${NUM_MACHINES:?multi_node needs NUM_MACHINES}"
             --machine_rank "${MACHINE_RANK:?multi_node needs MACHINE_RANK}"
