@@ -106,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sentences", default=None, help="X (jsonl) to rewrite without the held-out sentences")
     parser.add_argument("--tagger", choices=("spacy", "rule"), default="spacy")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--max-span-articles", type=int, default=ReachableClozeConfig().max_span_articles,
+                        help="a span stated by more articles is no item (0: no limit)")
     parser.add_argument("--run", default=None, help="a pre-trained run to evaluate on the strict and loose sets")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
@@ -113,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     blocks = corpus_blocks(args, out)
     sets = write_reachable_cloze(blocks, out, build_tagger(TaggingConfig(kind=args.tagger)),
-                                 ReachableClozeConfig(seed=args.seed), args.sentences)  # fmt: skip
+                                 ReachableClozeConfig(seed=args.seed, max_span_articles=args.max_span_articles), args.sentences)  # fmt: skip
     print(f"{len(blocks)} blocks, {sets.num_sentences} sentences, {sets.num_linking} name another article: "
           f"{sets.num_strict} strict items, {sets.num_loose} loose items (strict included); "
           f"{sets.num_pretrain_skipped} sentences of X skipped")  # fmt: skip

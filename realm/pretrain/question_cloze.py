@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Protocol, Sequence
 
 from realm.core.atomic import write_text_atomic
-from realm.pretrain.retrieval_table import contains_normalized, normalize_answer_text
-from realm.pretrain.title_links import Article, TitleLinker, names_title
+from realm.pretrain.title_links import Article, CorpusText, TitleLinker, names_title
 
 LINKED, STRING = "linked", "string"
 
@@ -48,19 +47,6 @@ class QuestionCloze:
     num_questions: int
     num_linked: int
     num_string: int
-
-
-class CorpusText:
-    """Every block's text normalised once (``normalized_for_search``), with the set of its words, for answer look-ups
-    over a whole corpus: an answer with a word the corpus lacks is rejected before any substring search."""
-
-    def __init__(self, articles: dict[str, Article]) -> None:
-        self._text = "".join(text for article in articles.values() for text in article.blocks)
-        self._words = set(self._text.split())
-
-    def contains(self, answer: str) -> bool:
-        words = normalize_answer_text(answer).split()
-        return bool(words) and all(w in self._words for w in words) and contains_normalized(self._text, answer)
 
 
 def cloze_text(question: str, answer: str) -> tuple[str, int, int]:

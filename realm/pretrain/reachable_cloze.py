@@ -11,6 +11,10 @@ which the closed-book figure measures):
 - **loose**: s names B under the loose rule (case-insensitive, a qualifier such as "(planet)" dropped) and m occurs
   in *any* block of B. Every strict item is also a loose item.
 
+A span stated by more than ``max_span_articles`` articles (10 by default; "Europe" is in hundreds) is no item: what
+is stated everywhere is predicted from priors, and retrieving B adds little. Each item records how many articles
+state its span (``span_articles``), so an analysis can stratify by it.
+
 A sentence gives at most one item: one of its strict (span, article) pairs if it has any, else one of its loose ones,
 chosen with a generator seeded by ``seed`` and the sentence's text, so that the set does not depend on corpus order.
 Every item's sentence is held out at sentence level: ``heldout_sentences.txt`` lists them for
@@ -35,7 +39,7 @@ from realm.data.jsonl import iter_jsonl
 from realm.data.sentences import split_sentences
 from realm.data.tagging import Span, SpanTagger
 from realm.pretrain.data import HELDOUT_SENTENCES_FILE
-from realm.pretrain.title_links import Article, TitleLinker, corpus_articles, names_title
+from realm.pretrain.title_links import Article, CorpusText, TitleLinker, corpus_articles, names_title
 
 logger = logging.getLogger(__name__)
 
@@ -48,6 +52,10 @@ class ReachableClozeConfig:
 
     min_title_chars: int = 3
     """Titles shorter than this are never links (``TitleLinker``)."""
+    max_span_articles: int = 10
+    """A span stated by more articles than this is no item (0: no limit). "Europe" or "Chinese" is in the blocks of
+    hundreds of Vital articles (the median span of an unlimited item is in 49): predicting it takes priors, not B. A
+    span in at most 10 articles is a fact few blocks could supply. Each item records its count (``span_articles``)."""
     seed: int = 0
     """Chooses each sentence's one item among its qualifying (span, article) pairs."""
 
@@ -59,7 +67,8 @@ class ReachableCloze:
     strict: Path
     """jsonl of the strict items, the held-out cloze schema (``text``, ``source_uid``, ``answer_start``,
     ``answer_end``, ``title``, ``label``) plus ``entity`` (the gold article B, which ``evaluate_heldout`` reads for
-    recall), ``gold_titles`` (every linked article that states the span) and ``tier``."""
+    recall), ``gold_titles`` (every linked article that states the span), ``tier`` and ``span_articles`` (how many
+    articles state the span, A and B included)."""
     loose: Path
     """jsonl of every item (strict and loose-only), as ``strict``."""
     heldout_sentences: Path
@@ -118,20 +127,32 @@ def find_reachable_items(
         named = [m for m in loose.mentions(sentence) if m[2] != own]
         if named:
             linking.append((own, title, uid, sentence, named, [m for m in exact.mentions(sentence) if m[2] != own]))
+    corpus, stated = CorpusText(articles), {}
+
+    def specific(pairs: list[tuple[Span, str]], sentence: str) -> list[tuple[Span, str]]:
+        """The pairs whose span at most ``max_span_articles`` articles state (counted once per span text)."""
+        for (start, end, _), _ in pairs:
+            if sentence[start:end] not in stated:
+                stated[sentence[start:end]] = corpus.num_articles(sentence[start:end])
+        limit = cfg.max_span_articles or len(articles)
+        return [(span, key) for span, key in pairs if stated[sentence[span[0] : span[1]]] <= limit]
+
     items = []
     for at in range(0, len(linking), batch_size):
         chunk = linking[at : at + batch_size]
         for (own, title, uid, sentence, named, exact_named), spans in zip(chunk, tagger.tag([c[3] for c in chunk])):
-            strict_pairs = _pairs(sentence, own, spans, exact_named, articles, strict=True)
-            pairs = strict_pairs or _pairs(sentence, own, spans, named, articles, strict=False)
+            strict_pairs = specific(_pairs(sentence, own, spans, exact_named, articles, strict=True), sentence)
+            loose_pairs = specific(_pairs(sentence, own, spans, named, articles, strict=False), sentence)
+            pairs = strict_pairs or loose_pairs
             if not pairs:
                 continue
             (start, end, label), key = random.Random(f"{cfg.seed}:{sentence}").choice(pairs)
-            gold = sorted({articles[k].title for span, k in _pairs(sentence, own, spans, named, articles, strict=False)
-                           if span[:2] == (start, end)} | {articles[key].title})  # fmt: skip
+            gold = sorted({articles[k].title for span, k in loose_pairs if span[:2] == (start, end)}
+                          | {articles[key].title})  # fmt: skip
             items.append({"text": sentence, "source_uid": uid, "answer_start": start, "answer_end": end,
                           "title": title, "label": label, "entity": articles[key].title, "gold_titles": gold,
-                          "tier": STRICT if strict_pairs else LOOSE})  # fmt: skip
+                          "tier": STRICT if strict_pairs else LOOSE,
+                          "span_articles": stated[sentence[start:end]]})  # fmt: skip
     counts = {"sentences": num_sentences, "linking": len(linking),
               "strict": sum(item["tier"] == STRICT for item in items), "loose": len(items)}  # fmt: skip
     return items, counts

@@ -20,6 +20,7 @@ never linked: "It", "Us", "May" would link half the corpus.
 
 from __future__ import annotations
 
+import bisect
 import re
 from dataclasses import dataclass, field
 
@@ -64,6 +65,38 @@ def corpus_articles(blocks: datasets.Dataset, batch_size: int = 4096) -> dict[st
                 articles[key] = Article(key=key, title=title, lead=searched)
             articles[key].blocks.append(searched)
     return articles
+
+
+class CorpusText:
+    """Every block's text normalised once (``normalized_for_search``), article after article, for answer look-ups
+    over a whole corpus. An answer with a word the corpus lacks is rejected before any substring search; blocks are
+    joined with two spaces, so no normalised answer (single spaces) matches across two of them."""
+
+    def __init__(self, articles: dict[str, Article]) -> None:
+        parts, self._starts, at = [], [], 0
+        for article in articles.values():
+            self._starts.append(at)
+            parts.extend(article.blocks)
+            at += sum(map(len, article.blocks))
+        self._text = "".join(parts)
+        self._words = set(self._text.split())
+
+    def contains(self, answer: str) -> bool:
+        """Whether ``answer`` occurs on word boundaries in some block (``contains_answer``'s normalisation)."""
+        words = normalize_answer_text(answer).split()
+        return bool(words) and all(w in self._words for w in words) and contains_normalized(self._text, answer)
+
+    def num_articles(self, span: str) -> int:
+        """How many articles state ``span`` in some block: 1 for a fact one article states, hundreds for "Europe"."""
+        words = normalize_answer_text(span).split()
+        if not words or not all(w in self._words for w in words):
+            return 0
+        needle = f" {' '.join(words)} "
+        found, at = set(), self._text.find(needle)
+        while at >= 0:
+            found.add(bisect.bisect_right(self._starts, at) - 1)
+            at = self._text.find(needle, at + 1)
+        return len(found)
 
 
 def _linkable(title: str, min_chars: int) -> bool:

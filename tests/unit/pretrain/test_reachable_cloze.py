@@ -40,6 +40,15 @@ def test_strict_and_loose_items_are_the_constructed_ones():
     assert (ulm["title"], ulm["source_uid"]) == ("Ulm", "u2")  # its own article, whose blocks evaluation skips
 
 
+def test_spans_stated_by_more_articles_than_the_limit_are_no_items():
+    """1879 is in three articles' blocks, Albert Einstein in five; 1933 and 88 days in two each."""
+    items, counts = find_reachable_items(BLOCKS, FakeTagger(), ReachableClozeConfig(max_span_articles=2))
+    assert {item["text"] for item in items} == {t for t, v in ITEMS.items() if v[2] == "loose"}
+    assert counts["strict"] == 0 and {item["span_articles"] for item in items} == {2}
+    unlimited, _ = find_reachable_items(BLOCKS, FakeTagger(), ReachableClozeConfig(max_span_articles=0))
+    assert len(unlimited) == len(ITEMS)
+
+
 def test_the_lead_block_and_exact_name_make_strict(tmp_path):
     """Moving 1933 into the lead makes the Princeton sentence strict; a lower-case mention never is."""
     lead_first = BLOCKS.map(lambda row, i: {"text": BLOCKS[1 - i]["text"] if i < 2 else row["text"]},
