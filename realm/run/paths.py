@@ -42,6 +42,8 @@ PATH_FIELDS = frozenset({
 """Names of the string fields of a job's config that hold a local path (or a hub name / ``hf:`` split, kept as given:
 only values that name an existing file or folder are made absolute). ``train.resume`` is not one: its ``auto`` and
 ``never`` are keywords, and a checkpoint it names is chosen once, for that invocation."""
+OUTPUT_FIELDS = frozenset({"run_dir", "cache_dir"})
+"""Path fields a job writes to (created when missing): made absolute whether they exist yet or not, never missing."""
 CONFIG_FILE_FIELDS = frozenset({"builder_config"})
 """Path fields naming a YAML config: a bundled recipe (``configs/...``), which every command finds from any directory
 (``realm.core.config.resolve_config_path``), stays relative, so the run works with another checkout or install."""
@@ -116,7 +118,7 @@ def absolute_paths(config: Any) -> None:
     """Makes every local path of ``config`` absolute, in place (what ``config.yaml`` records; see the module)."""
     for section, name, _ in _path_fields(config):
         value = getattr(section, name)
-        if Path(value).is_absolute() or not Path(value).exists():
+        if Path(value).is_absolute() or not (Path(value).exists() or name in OUTPUT_FIELDS):
             continue
         if name in CONFIG_FILE_FIELDS and Path(value).parts[:1] == ("configs",):
             continue
@@ -139,8 +141,8 @@ def relocate(config: Any, current_run: str | Path, recorded_run: str | None) -> 
 
 def missing_paths(config: Any) -> list[tuple[str, str]]:
     """``(key, value)`` of the absolute path fields of ``config`` found nowhere (a relative one may be a hub name)."""
-    return [(key, getattr(section, name)) for section, name, key in _path_fields(config)
-            if Path(getattr(section, name)).is_absolute() and not Path(getattr(section, name)).exists()]  # fmt: skip
+    return [(key, value) for section, name, key in _path_fields(config) if name not in OUTPUT_FIELDS
+            and Path(value := getattr(section, name)).is_absolute() and not Path(value).exists()]  # fmt: skip
 
 
 def prepare_job_config(config: Any, run_dir: str | Path, recorded_run: str | None, config_file: str | Path) -> None:
@@ -150,7 +152,9 @@ def prepare_job_config(config: Any, run_dir: str | Path, recorded_run: str | Non
     ``config.yaml`` the job writes. Raises ``MissingFileError`` naming the first path of a moved run found nowhere."""
     from realm.core.errors import MissingFileError
 
-    if recorded_run is not None and moved_root(recorded_run, run_dir) is not None:
+    # note: a record older than this rule holds a run_dir relative to where it was launched; its paths under it are
+    # still found (locate's rule 1), so such a run resumes from another directory too
+    if recorded_run is not None and os.path.abspath(recorded_run) != os.path.abspath(run_dir):
         for key, old, new in relocate(config, run_dir, recorded_run):
             logger.warning("the run moved from %s: %s=%s is read at %s", recorded_run, key, old, new)
         for key, value in missing_paths(config):

@@ -48,8 +48,9 @@ def test_config_paths_are_made_absolute_and_relocated_after_a_move(tmp_path: Pat
     cfg = PretrainConfig()
     cfg.train.run_dir, cfg.data.tokenizer, cfg.data.blocks = "run", "run/tokenizer", "run/blocks"
     cfg.data.sentences, cfg.model.init_from = "sentences.jsonl", "bert-base-uncased"
-    cfg.refresh.builder_config = "configs/index/tiny.yaml"
+    cfg.refresh.builder_config, cfg.data.cache_dir = "configs/index/tiny.yaml", "cache"
     absolute_paths(cfg)
+    assert cfg.data.cache_dir == str(tmp_path / "cache")  # written by the job: absolute before it exists
     assert (cfg.train.run_dir, cfg.data.blocks) == (str(tmp_path / "run"), str(tmp_path / "run" / "blocks"))
     assert cfg.data.sentences == str(tmp_path / "sentences.jsonl")
     assert (cfg.model.init_from, cfg.refresh.builder_config) == ("bert-base-uncased", "configs/index/tiny.yaml")
@@ -61,12 +62,14 @@ def test_config_paths_are_made_absolute_and_relocated_after_a_move(tmp_path: Pat
     assert cfg.data.tokenizer == str(tmp_path / "moved" / "tokenizer")
     assert cfg.data.sentences == str(tmp_path / "sentences.jsonl")  # outside the run, where it was
     assert {key for key, _, _ in changed} == {"train.run_dir", "data.tokenizer", "data.blocks"}
+    assert cfg.data.cache_dir == str(tmp_path / "cache")  # outside the run and not written yet: as recorded
 
 
 def test_a_moved_job_names_the_input_found_nowhere_and_its_override(tmp_path: Path) -> None:
     (tmp_path / "moved").mkdir()
     cfg = PretrainConfig()
     cfg.train.run_dir, cfg.data.sentences = str(tmp_path / "run"), str(tmp_path / "gone.jsonl")
+    cfg.data.cache_dir = str(tmp_path / "run" / "cache")  # an output: never missing
     with pytest.raises(MissingFileError, match=r"data\.sentences=.*gone\.jsonl.*pass --data\.sentences=PATH"):
         prepare_job_config(cfg, tmp_path / "moved", str(tmp_path / "run"), tmp_path / "moved" / "config.yaml")
 
