@@ -11,7 +11,7 @@ library versions, the bf16 ``torch.mm`` peak), then per part its status (ok, fai
 limit, command, reason and figures (and the end of its log when it did not succeed). Run from the repository root (``bench/gpu_check.sh`` sets up the GPU machine first)::
 
     python bench/gpu_check.py [--out runs/gpu_check] [--parts search demo] [--budget 480]
-    python bench/gpu_check.py --dry-run          # CPU, every shape shrunk, the same code paths
+    python bench/gpu_check.py --dry-run          # CPU, every shape shrunk, the same code paths (~1.5 min here)
     python bench/gpu_check.py --table runs/gpu_check/gpu_check.json    # the markdown rows for docs/performance.md
 """
 
