@@ -3,9 +3,9 @@
 Held-out articles chosen at random (``realm.data.cloze_sets``) have their masked fact in a block the reader reads for
 a few percent of sentences, so retrieval cannot show what it adds. Here a sentence s of article A is an item when it
 names the title of another article B (``realm.pretrain.title_links``) and one of its salient spans m, neither the
-title nor overlapping its mention, occurs in B's block text on word boundaries (``contains_answer``'s
-normalisation). The evaluation never retrieves A, so the fact is reachable only through B (or the encoder's memory,
-which the closed-book figure measures):
+title nor overlapping its mention nor recurring elsewhere in s (it would be copied from the query), occurs in B's
+block text on word boundaries (``contains_answer``'s normalisation). The evaluation never retrieves A, so the fact
+is reachable only through B (or the encoder's memory, which the closed-book figure measures):
 
 - **strict**: s names B's title exactly (case-sensitive) and m occurs in B's *lead* block;
 - **loose**: s names B under the loose rule (case-insensitive, a qualifier such as "(planet)" dropped) and m occurs
@@ -39,6 +39,7 @@ from realm.data.jsonl import iter_jsonl
 from realm.data.sentences import split_sentences
 from realm.data.tagging import Span, SpanTagger
 from realm.pretrain.data import HELDOUT_SENTENCES_FILE
+from realm.pretrain.retrieval_table import contains_answer
 from realm.pretrain.title_links import Article, CorpusText, TitleLinker, corpus_articles, names_title
 
 logger = logging.getLogger(__name__)
@@ -100,6 +101,9 @@ def _pairs(sentence: str, own: str, spans: list[Span], mentions: list[tuple[int,
            articles: dict[str, Article], strict: bool) -> list[tuple[Span, str]]:  # fmt: skip
     """(span, article key) pairs of ``sentence`` that qualify under the strict or the loose rule."""
     out = []
+    # note: a span that recurs in the rest of the sentence ("the Faraday disk ... Michael Faraday") is copied from
+    # the query itself, whatever the retriever does
+    spans = [(s, e, lab) for s, e, lab in spans if not contains_answer(f"{sentence[:s]} {sentence[e:]}", sentence[s:e])]
     for key in sorted({key for _, _, key in mentions if key != own}):
         where = [(s, e) for s, e, k in mentions if k == key]
         article = articles[key]

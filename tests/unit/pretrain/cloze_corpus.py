@@ -15,7 +15,8 @@ BLOCKS = datasets.Dataset.from_dict({
         "Einstein moved to Princeton in 1933. He stayed there until his death.",
         "Ulm is a city on the Danube. Ulm is the birthplace of Albert Einstein, born in 1879.",
         "Mercury is the smallest planet, with a year of 88 days.",
-        "The innermost planet mercury has a year of 88 days. The physicist Albert Einstein came to Princeton in 1933.",
+        "The innermost planet mercury has a year of 88 days. The physicist Albert Einstein came to Princeton in 1933. "
+        "In 1933 Albert Einstein left Europe, and 1933 was his last year there.",
         "The Danube passes the city of Ulm, founded in 850. Albert Einstein admired Fritz Kreisler in 1920.",
         "Albert Einstein is the famous physicist of our history. The Ulmer Zeitung printed it in 1879.",
     ],
@@ -30,7 +31,8 @@ BLOCKS = datasets.Dataset.from_dict({
 - not items: "The Danube passes the city of Ulm, founded in 850." (850 only in its own article); "Albert Einstein
   admired Fritz Kreisler in 1920." (the title named, the spans in no block of his); "Albert Einstein is the famous
   physicist of our history." (the only span is the title itself); "The Ulmer Zeitung printed it in 1879." (Ulmer is no
-  word-boundary mention of Ulm); "Mercury is the smallest planet, ..." (names only its own article).
+  word-boundary mention of Ulm); "Mercury is the smallest planet, ..." (names only its own article); "In 1933 Albert
+  Einstein left Europe, and 1933 was ..." (1933 recurs in the sentence: the query itself gives it away).
 """
 
 ITEMS = {
