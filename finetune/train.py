@@ -40,8 +40,17 @@ from realm.models.retriever import RetrieverConfig
 from realm.qa.batch import QABatch, QACollator
 from realm.qa.candidates import RetrievalConfig
 from realm.qa.qa_eval import DEFAULT_TOP_K, QAContext, evaluate_qa
-from realm.run import publication
+from realm.run import layout, publication
 from realm.training.accelerator import build_accelerator
+from realm.training.lineage import (
+    QA_INDEX,
+    QA_MODEL,
+    index_artifact,
+    model_artifact,
+    track_folder,
+    update_summary,
+    wandb_run,
+)
 from realm.training.optim import OptimConfig
 from realm.training.preemption import Preempted, Preemption, stop_if_preempted
 from realm.training.sampler import StepBatchSampler
@@ -136,6 +145,7 @@ class Finetuner:
         self.evaluations: list[tuple[int, dict[str, float]]] = []
         """(step, dev metrics) of each evaluation so far, on the main process."""
         init_trackers(self.accelerator, cfg.tracking, self.out, to_dict(cfg), job_type="finetune")
+        track_inputs(self.accelerator, cfg.init, self.index)
 
     @property
     def unwrapped(self):
@@ -196,9 +206,22 @@ class Finetuner:
             final = self.save(cfg.train.max_steps)
             if cfg.train.max_steps > 0 or not cfg.finetune.eval_at_start:
                 self.evaluate(cfg.train.max_steps)
+            self.track_outputs(final)
         loop.close()
         acc.end_training()
         return final
+
+    def track_outputs(self, final: Path) -> None:
+        """The published QA model as the ``qa-model`` artefact, and the run's end figures (the last dev evaluation,
+        the steps, where the model is) in the W&B run's summary; no-op without W&B."""
+        run = wandb_run(self.accelerator)
+        if run is None:
+            return
+        step = self.cfg.train.max_steps
+        last = {f"eval/{k}": v for k, v in self.evaluations[-1][1].items()} if self.evaluations else {}
+        update_summary(self.accelerator, {**last, "step": step, "model": str(final.resolve())})
+        alias = publication.folder_name(layout.CHECKPOINT_PREFIX, step)
+        track_folder(run, self.out, QA_MODEL, QA_MODEL, {"model": final}, alias=alias, metadata={"step": step})
 
     def train_step(self, batch: QABatch) -> None:
         """One optimizer step on a batch of questions: search, read, the marginal losses, their metrics."""
@@ -229,6 +252,24 @@ class Finetuner:
             publication.replace_published(final, self.unwrapped.save_pretrained, manifest)
         self.accelerator.wait_for_everyone()
         return final
+
+
+def track_inputs(accelerator: Accelerator, init: InitConfig, index) -> None:
+    """The W&B lineage of what fine-tuning starts from: a pre-training run's model (the checkpoint it loads) as an
+    input; the frozen index as an input when it is another run's (``init.index``), else as an output of this run (it
+    was built here from the starting document embedder). No-op without W&B."""
+    run = wandb_run(accelerator)
+    if run is None:
+        return
+    if init.run:
+        published = publication.list_published(layout.checkpoints_dir(init.run), layout.CHECKPOINT_PREFIX)
+        checkpoint = init.checkpoint or (str(published[-1][1]) if published else "")
+        if checkpoint:
+            model_artifact(accelerator, init.run, checkpoint, used=True)
+    if init.index:
+        index_artifact(run, index.path, index.step, used=True)
+    else:
+        index_artifact(run, index.path, index.step, used=False, kind=QA_INDEX)
 
 
 def main(argv: list[str] | None = None) -> int:

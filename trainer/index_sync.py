@@ -27,6 +27,7 @@ from accelerate import Accelerator
 from realm.index.build_failure import IndexBuildError
 from realm.index.versions import PublishedIndex
 from realm.trainer.index_watcher import IndexWaitTimeout, IndexWatcher
+from realm.training.lineage import use_index_version
 
 logger = logging.getLogger(__name__)
 
@@ -105,6 +106,7 @@ class IndexSync:
             return False
         published, self.pending = self.pending, None
         self.index = published
+        use_index_version(self.accelerator, published)  # note: an input of the W&B run (main process; else no-op)
         self.totals.num_index_refreshes += 1
         logger.info("step %d: swapped in index v%d (staleness %d)", step, published.step, step - published.step)
         return True
@@ -162,6 +164,7 @@ class IndexSync:
             published = self.watcher.load_step(due)
             if int(self.gather_ints(int(published is not None))[:, 0].min()) == 1:
                 self.index = published  # note: not a refresh: the version the run searched when it saved
+                use_index_version(self.accelerator, published)
                 logger.info("step %d: resumed on index v%d", step, due)
                 return
             logger.warning(

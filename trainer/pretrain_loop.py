@@ -18,10 +18,8 @@ from typing import NoReturn
 import torch
 from accelerate import Accelerator
 
-from realm.core.config import to_dict
 from realm.core.logging import progress
 from realm.core.process_exit import exit_code_after_run
-from realm.core.tracking import init_trackers
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.index.build_version import blocks_fingerprint
@@ -54,6 +52,7 @@ from realm.trainer.candidate_prefetch import CandidatePipeline
 from realm.trainer.index_sync import IndexSync, RunTotals
 from realm.trainer.index_watcher import IndexWatcher
 from realm.trainer.run_summary import run_summary
+from realm.trainer.run_tracking import end_tracking, start_tracking, track_export
 from realm.training.accelerator import accelerator_precision, build_accelerator
 from realm.training.optim import retriever_lr
 from realm.training.preemption import PREEMPTED_EXIT_CODE, Preemption
@@ -83,9 +82,8 @@ class Trainer:
         self.store = BlockStore(load_blocks(cfg.data.blocks))
         cache = Path(cfg.data.cache_dir or self.run_dir / "data")
         with self.accelerator.main_process_first():
-            self.sentences = prepared_sentences(
-                cfg.data.sentences, self.tokenizer, cfg.data.tagging, cfg.retriever.max_query_length, cache
-            )
+            self.sentences = prepared_sentences(cfg.data.sentences, self.tokenizer, cfg.data.tagging,
+                                                cfg.retriever.max_query_length, cache, stage=cfg.data.tag_stage)
             self.heldout = (
                 prepared_sentences(cfg.data.heldout, self.tokenizer, None, cfg.retriever.max_query_length, cache)
                 if cfg.data.heldout
@@ -113,7 +111,7 @@ class Trainer:
         self.candidates = CandidatePipeline(self.start_retrieval, self.accelerator.device, prefetch)
         if self.loop.rank_tensors and prefetch:
             self.candidates.restore(self.loop.rank_tensors)
-        init_trackers(self.accelerator, cfg.tracking, self.run_dir, to_dict(cfg))
+        start_tracking(self)
         self.watcher = IndexWatcher(
             self.run_dir, cfg.refresh.poll_interval_s, corpus_fingerprint=blocks_fingerprint(self.store.blocks)
         )
@@ -159,6 +157,7 @@ class Trainer:
                              tokenizer_path=self.cfg.data.tokenizer, keep=self.cfg.refresh.keep_exports,
                              max_block_length=self.cfg.retriever.max_block_length)  # fmt: skip
             self.totals.num_exports += 1
+            track_export(self)
 
     # ------------------------------------------------------------------------------------------- loop
 
@@ -385,6 +384,7 @@ class Trainer:
         self.watcher.close()
         self.candidates.close()
         self.loop.close()
+        end_tracking(self, completed=not self._preempted)
         self.accelerator.end_training()  # finishes trackers (writes the offline W&B run)
         if self.accelerator.is_main_process and not self._preempted:  # a preempted run comes back: builders wait
             mark_done(self.run_dir)

@@ -229,26 +229,8 @@ def finish_builder_run(run: Any) -> None:
 # ------------------------------------------------------------------------------------------- retrieval tables
 
 
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 def log_wandb_table(accelerator: Any, key: str, table: tuple[list[str], list[list[Any]]], step: int) -> None:
     """Logs ``(columns, data)`` as a ``wandb.Table`` under ``key`` when a W&B tracker is active."""
     for tracker in accelerator.trackers:
         if tracker.name == "wandb":
             tracker.log_table(key, columns=table[0], data=table[1], step=step)
-
-
-
-

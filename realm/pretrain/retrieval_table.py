@@ -15,14 +15,11 @@ from realm.core.tracking import log_wandb_table
 from realm.run.layout import RETRIEVALS_FILE
 
 TABLE_KEY = "inspect/retrievals"
-"""W&B key of the retrieval table."""
-"""Rows of every retrieval table, one json object a line, under the run directory (the HTML report reads it)."""
-
-
+"""W&B key of the retrieval table (long format: one row per query x slot, ``slot_rows``)."""
+SLOT_FIELDS = ("block_id", "title", "snippet", "p_z", "p_y", "has_gold")
+"""A slot's fields, the columns after the query's in the W&B table."""
 SNIPPET_CHARS = 120
 NULL_TITLE = "(null document)"
-
-
 EMPTY_TITLE = "(empty)"
 
 
@@ -144,27 +141,26 @@ def retrieval_rows(
     return rows
 
 
-def flatten_row(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A row with its slots spread into ``slot{k}_title``, ``slot{k}_snippet``, ``slot{k}_p_z``, ``slot{k}_p_y``,
-    ``slot{k}_has_gold`` columns (for a table)."""
-    flat = {key: value for key, value in row.items() if key != "slots"}
-    for k, slot in enumerate(row.get("slots", [])):
-        for field in ("title", "snippet", "p_z", "p_y", "has_gold"):
-            flat[f"slot{k}_{field}"] = slot[field]
-    return flat
+def slot_rows(row: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """A row of ``retrieval_rows`` in long format: one dict per slot, the query's fields repeated, then ``slot``
+    (0 = the null document) and the slot's ``SLOT_FIELDS``; so a W&B table can be filtered by slot or grouped by
+    ``has_gold``."""
+    query = {key: value for key, value in row.items() if key != "slots"}
+    return [{**query, "slot": k, **{f: slot[f] for f in SLOT_FIELDS}} for k, slot in enumerate(row.get("slots", []))]
 
 
 def _table(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
-    flat = [flatten_row(r) for r in rows]
+    long = [r for row in rows for r in slot_rows(row)]
     columns: list[str] = []
-    for f in flat:
-        columns.extend(c for c in f if c not in columns)
-    return columns, [[f.get(c) for c in columns] for f in flat]
+    for r in long:
+        columns.extend(c for c in r if c not in columns)
+    return columns, [[r.get(c) for c in columns] for r in long]
 
 
 def log_retrieval_table(accelerator: Any, rows: list[Mapping[str, Any]], step: int, run_dir: str | Path) -> None:
-    """Appends ``rows`` to ``RUN/retrievals.jsonl`` and, when a W&B tracker is active, logs them as a
-    ``wandb.Table`` under ``inspect/retrievals`` at ``step``. Main process only (others return)."""
+    """Appends ``rows`` to ``RUN/retrievals.jsonl`` (one query a line, its slots nested) and, when a W&B tracker is
+    active, logs them as a long ``wandb.Table`` (one row per query x slot) under ``inspect/retrievals`` at ``step``.
+    Main process only (others return)."""
     if not rows or not accelerator.is_main_process:
         return
     path = Path(run_dir) / RETRIEVALS_FILE

@@ -1,27 +1,30 @@
-"""QA predictions as a table (W&B) with the top retrieved blocks of each question."""
+"""QA predictions as a W&B table in long format: one row per question x retrieved block (its top ones), so the table
+can be filtered by rank or grouped by ``has_answer`` (``predictions.jsonl`` keeps one question a line)."""
 
 from __future__ import annotations
 
 from typing import Any, Mapping
 
 PREDICTIONS_KEY = "eval/predictions"
-PREDICTION_COLUMNS = ("question", "answers", "prediction", "correct", "prediction_title")
+PREDICTION_COLUMNS = ("question_id", "question", "answers", "prediction", "correct", "prediction_title")
+"""The question's columns, repeated on each of its rows."""
+BLOCK_COLUMNS = ("rank", "block_id", "title", "score", "has_answer", "is_prediction_block")
+"""The retrieved block's columns (``rank`` 0 = the retriever's best); None on the one row of a question that
+retrieved nothing."""
 
 
 def prediction_rows(records: list[Mapping[str, Any]], num_blocks: int = 5) -> tuple[list[str], list[list[Any]]]:
-    """A QA predictions table: the question, gold answers, prediction and, for the top ``num_blocks`` retrieved
-    blocks, title, retriever score and whether it has an answer (``records`` from ``realm.qa.qa_eval``)."""
-    columns = [*PREDICTION_COLUMNS]
-    for k in range(num_blocks):
-        columns += [f"block{k}_title", f"block{k}_score", f"block{k}_has_answer"]
+    """``(columns, data)`` of a QA predictions table: for each question (``records`` from ``realm.qa.qa_eval``; its
+    position is ``question_id``), one row per block among its top ``num_blocks`` with the block's title, retriever
+    score, whether it contains an answer and whether the prediction was read from it."""
     data = []
-    for r in records:
-        titles = r["titles"]
-        title = titles[r["block_ids"].index(r["prediction_block"])] if r["prediction_block"] in r["block_ids"] else ""
-        row = [r["question"], " | ".join(r["answers"]), r["prediction"], r["correct"], title]
-        for k in range(num_blocks):
-            present = k < len(titles)
-            row += [titles[k] if present else None, r["scores"][k] if present else None,
-                    r["has_answer"][k] if present else None]  # fmt: skip
-        data.append(row)
-    return columns, data
+    for i, r in enumerate(records):
+        block_ids, titles = r["block_ids"], r["titles"]
+        predicted = r["prediction_block"]
+        title = titles[block_ids.index(predicted)] if predicted in block_ids else ""
+        question = [i, r["question"], " | ".join(r["answers"]), r["prediction"], r["correct"], title]
+        ranks = range(min(num_blocks, len(titles)))
+        blocks = [[k, block_ids[k], titles[k], r["scores"][k], r["has_answer"][k], block_ids[k] == predicted]
+                  for k in ranks]  # fmt: skip
+        data.extend([*question, *block] for block in blocks or [[None] * len(BLOCK_COLUMNS)])
+    return [*PREDICTION_COLUMNS, *BLOCK_COLUMNS], data

@@ -20,7 +20,7 @@ from realm.core.tracking import (
     resolve_wandb_mode,
 )
 from realm.finetune.evaluate_qa import write_evaluation
-from realm.pretrain.retrieval_table import flatten_row, log_retrieval_table
+from realm.pretrain.retrieval_table import SLOT_FIELDS, log_retrieval_table, slot_rows
 from realm.run.layout import RETRIEVALS_FILE
 
 
@@ -167,20 +167,25 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
     tables = [json.loads(p.read_text()) for p in (offline / "files" / "media" / "table").rglob("*.table.json")]
     assert len(tables) == 2
     (table,) = [t for t in tables if "question" not in t["columns"]]
-    assert table["columns"] == list(flatten_row(rows[0]))
-    assert len(table["data"]) == len(rows)
+    # long format: one row per query x slot, so W&B can filter by slot and group by has_gold
+    assert table["columns"] == list(slot_rows(rows[0])[0])
+    assert table["columns"][-len(SLOT_FIELDS) - 1 :] == ["slot", *SLOT_FIELDS]
+    assert len(table["data"]) == sum(len(r["slots"]) for r in rows)
+    column = {name: i for i, name in enumerate(table["columns"])}
+    first = [r for r in table["data"] if r[column["example_id"]] == rows[0]["example_id"]]
+    assert [r[column["slot"]] for r in first] == list(range(len(rows[0]["slots"])))
+    assert [r[column["has_gold"]] for r in first] == [s["has_gold"] for s in rows[0]["slots"]]
     (predictions,) = [t for t in tables if "question" in t["columns"]]
-    assert predictions["columns"][:5] == ["question", "answers", "prediction", "correct", "prediction_title"]
-    assert predictions["columns"][5:8] == ["block0_title", "block0_score", "block0_has_answer"]
-    assert predictions["data"][0][:5] == [
-        "Who wrote Hamlet?",
-        "Shakespeare | William Shakespeare",
-        "shakespeare",
-        True,
-        "Hamlet",
-    ]
-    assert predictions["data"][0][5:11] == ["Hamlet", 3.5, True, "Macbeth", 1.25, False]
-    assert predictions["data"][1][2] == "" and predictions["data"][1][4] == ""  # no span predicted
+    assert predictions["columns"] == ["question_id", "question", "answers", "prediction", "correct",
+                                      "prediction_title", "rank", "block_id", "title", "score", "has_answer",
+                                      "is_prediction_block"]  # fmt: skip
+    assert predictions["data"] == [
+        [0, "Who wrote Hamlet?", "Shakespeare | William Shakespeare", "shakespeare", True, "Hamlet", 0, 7, "Hamlet",
+         3.5, True, True],
+        [0, "Who wrote Hamlet?", "Shakespeare | William Shakespeare", "shakespeare", True, "Hamlet", 1, 3, "Macbeth",
+         1.25, False, False],
+        [1, "Where?", "Paris", "", False, "", None, None, None, None, None, None],  # retrieved nothing: one row
+    ]  # fmt: skip
     assert len((run_dir / RETRIEVALS_FILE).read_text().splitlines()) == len(rows)
     assert _files_under(home) == [] and _files_under(cwd) == []
 

@@ -7,7 +7,7 @@ from realm.pretrain.retrieval_table import (
     EMPTY_TITLE,
     NULL_TITLE,
     contains_answer,
-    flatten_row,
+    slot_rows,
     log_retrieval_table,
     retrieval_rows,
 )
@@ -50,14 +50,18 @@ def test_rows_describe_each_query_and_slot(rows, batch_and_output):
     assert rows[0]["slots"][1]["snippet"] == BLOCKS[0][1][:120]
 
 
-def test_max_rows_and_flattening(batch_and_output, store, tokenizer, rows):
+def test_max_rows_and_long_format(batch_and_output, store, tokenizer, rows):
     batch, output = batch_and_output
     one = retrieval_rows(batch, output, store, tokenizer, index_version=0, staleness=0, step=1, max_rows=1)
     assert len(one) == 1
-    flat = flatten_row(rows[0])
-    assert "slots" not in flat
-    assert flat["slot0_title"] == NULL_TITLE and flat["slot1_has_gold"] is True
-    assert {f"slot3_{f}" for f in ("title", "snippet", "p_z", "p_y", "has_gold")} <= set(flat)
+    long = slot_rows(rows[0])
+    assert len(long) == len(rows[0]["slots"]) == 4  # one row per slot, the null document's first
+    assert all("slots" not in r for r in long)
+    assert [r["slot"] for r in long] == [0, 1, 2, 3]
+    assert [r["title"] for r in long] == [NULL_TITLE, "France", "Germany", EMPTY_TITLE]
+    assert [r["has_gold"] for r in long] == [False, True, False, False]
+    assert all(r["query"] == rows[0]["query"] and r["example_id"] == rows[0]["example_id"] for r in long)
+    assert [r["p_z"] for r in long] == [s["p_z"] for s in rows[0]["slots"]]
     json.dumps(rows)  # plain python values only
 
 
