@@ -11,6 +11,7 @@ from realm.core.logging import MetricsLogger
 from realm.core.tracking import TrackingConfig
 from realm.finetune.train import FinetuneConfig, Finetuner
 from realm.pretrain.config import PretrainConfig
+from realm.pretrain.export import write_finished_model
 from realm.pretrain.heldout_eval import HeldoutMetrics, evaluate_heldout
 from realm.run.layout import METRICS_FILE
 from realm.trainer.pretrain_loop import Trainer
@@ -52,6 +53,8 @@ def pretrain_and_evaluate(cfg: PretrainConfig) -> Pretrained:
     t = time.perf_counter()
     try:
         train = trainer.run()
+        train |= write_finished_model(trainer.run_dir, trainer.unwrapped, trainer.tokenizer, cfg, trainer.step,
+                                      trainer.accelerator.is_main_process)  # fmt: skip
     finally:
         trainer.close()
     seconds["pretrain_s"] = time.perf_counter() - t

@@ -12,7 +12,7 @@ from realm.core.errors import run_command
 from realm.core.logging import init_logging
 from realm.core.process_exit import exit_code_after_run
 from realm.pretrain.config import PretrainConfig
-from realm.pretrain.export import write_run_model
+from realm.pretrain.export import write_finished_model
 from realm.trainer.pretrain_loop import Trainer
 from realm.training.accelerator import build_accelerator
 
@@ -29,10 +29,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = trainer.run()
         trainer.evaluate()
-        if accelerator.is_main_process and trainer.step >= cfg.train.max_steps:  # note: not a run stopped early
-            # RUN/model/{encoder,retriever}: the trained networks as transformers / sentence-transformers load them
-            summary["model"] = str(write_run_model(trainer.run_dir, trainer.unwrapped, trainer.tokenizer, cfg,
-                                                   trainer.step))  # fmt: skip
+        # RUN/model/{encoder,retriever}: the trained networks as transformers / sentence-transformers load them
+        summary |= write_finished_model(trainer.run_dir, trainer.unwrapped, trainer.tokenizer, cfg, trainer.step,
+                                        accelerator.is_main_process)  # fmt: skip
     finally:
         trainer.close()
     accelerator.print(json.dumps(summary, indent=2))

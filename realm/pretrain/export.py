@@ -154,6 +154,16 @@ def _provenance(cfg: PretrainConfig, fmt: str, step: int, run_dir: Path) -> dict
             "max_query_length": retriever.max_query_length, "max_block_length": retriever.max_block_length}  # fmt: skip
 
 
+def write_finished_model(run_dir: str | Path, model: RealmModel, tokenizer: PreTrainedTokenizerBase,
+                         cfg: PretrainConfig, step: int, is_main_process: bool) -> dict[str, str]:  # fmt: skip
+    """``{"model": RUN/model}`` after ``write_run_model`` when this is the main process of a run that reached
+    ``train.max_steps`` (not one stopped early or preempted); ``{}`` otherwise. What ``realm train`` and the
+    pipelines' pre-training stage end with."""
+    if not is_main_process or step < cfg.train.max_steps:
+        return {}
+    return {"model": str(write_run_model(run_dir, model, tokenizer, cfg, step))}
+
+
 def write_run_model(run_dir: str | Path, model: RealmModel, tokenizer: PreTrainedTokenizerBase,
                     cfg: PretrainConfig, step: int) -> Path:  # fmt: skip
     """``RUN/model/encoder`` (hf) and ``RUN/model/retriever`` (sentence-transformers, when the package is

@@ -71,3 +71,5 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
     # pre-training starts from the warmed-up encoder: its config records the warm start
     assert f"init_encoder: {run / 'warmup' / 'encoder'}" in (run / "config.yaml").read_text()
     assert (run / "checkpoints" / "step-00000006" / "manifest.json").is_file()
+    # the trained networks as transformers / sentence-transformers load them (realm.pretrain.export)
+    assert all((run / "model" / name / "manifest.json").is_file() for name in ("encoder", "retriever"))
