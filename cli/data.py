@@ -1,9 +1,11 @@
-"""Data-preparation commands of the ``realm`` CLI: ``world``, ``vocab`` and ``blocks``.
+"""Data-preparation commands of the ``realm`` CLI: ``world``, ``vocab``, ``blocks`` and ``tag``.
 
     realm world  --out DIR [--seed N] [--entities N] [--heldout-fraction F] [--heldout-fact-seed N]
                  [--redraw-facts-of heldout|training]
     realm vocab  --input FILE.jsonl [--input ...] [--field text] --out DIR [--vocab-size N] [--cased]
     realm blocks --out DIR --tokenizer TOK (--config corpus.yaml | --input PATH [--format ...] ...)
+    realm tag    (--config pretrain.yaml [--section.key=value ...] | --sentences F --tokenizer TOK --cache-dir D)
+                 [--workers N] [--shard-size N]
 
 Each ``main_<command>(argv)`` parses its own options and returns an exit code; a malformed input is reported as
 ``realm <command>: error: FILE:LINE: reason`` with exit code 2, never as a traceback.
@@ -164,4 +166,62 @@ def main_blocks(argv: list[str]) -> int:
     stats = json.loads((out / "corpus_stats.json").read_text())
     print(f"{stats['num_blocks']} blocks from {stats['num_documents']} documents -> {out}")
     print(f"skipped: {stats['num_empty']} empty documents, {stats['num_malformed']} malformed records")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------- realm tag
+
+
+def main_tag(argv: list[str]) -> int:
+    """``realm tag``: tokenises and tags the pre-training sentences X into the cache a trainer reads
+    (``realm.data.tag_stage``), over worker processes, resuming from the shards a killed run published."""
+    from pathlib import Path
+
+    from realm.core.config import options_help
+    from realm.core.extras import check_extras
+    from realm.data.tag_stage import TagStageConfig
+    from realm.data.tagging import TaggingConfig
+    from realm.pretrain.config import PretrainConfig
+    from realm.pretrain.data import sentence_tag_job, tag_sentences
+
+    parser = argparse.ArgumentParser(
+        prog="realm tag", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Tag the pre-training sentences of a config (--config C [--section.key=value ...]) or of a file "
+        "(--sentences F --tokenizer T --cache-dir D) into the sharded cache the trainer reads, so that no rank waits.",
+        epilog=options_help(PretrainConfig),
+    )  # fmt: skip
+    parser.add_argument("--config", help="pre-training YAML: its data.sentences, data.tokenizer, data.tagging, ...")
+    parser.add_argument("--sentences", help="jsonl of sentences (without --config)")
+    parser.add_argument("--tokenizer", help="tokenizer folder or hub name (without --config)")
+    parser.add_argument("--cache-dir", help="cache folder (without --config; with it: data.cache_dir or RUN/data)")
+    parser.add_argument("--kind", choices=("rule", "spacy"), default="rule", help="tagger (without --config)")
+    parser.add_argument("--max-query-length", type=int, default=64, help="query wordpieces with specials (64)")
+    parser.add_argument("--exclude", default="", help="file of sentences never to prepare, one a line")
+    parser.add_argument("--workers", type=int, default=None, help="worker processes (data.tag_stage.num_workers)")
+    parser.add_argument("--shard-size", type=int, default=None, help="lines per shard (data.tag_stage.shard_size)")
+    args, overrides = parser.parse_known_args(argv)
+    if args.config is None:
+        if overrides or not (args.sentences and args.tokenizer and args.cache_dir):
+            parser.error("give --config C [--section.key=value ...], or --sentences, --tokenizer and --cache-dir")
+        from realm.data.vocab import load_tokenizer
+
+        tokenizer, tagging, stage = load_tokenizer(args.tokenizer), TaggingConfig(kind=args.kind), TagStageConfig()
+        sentences, cache, length = args.sentences, Path(args.cache_dir), args.max_query_length
+    else:
+        from realm.models.pretrained import load_model_tokenizer
+
+        cfg = load_config(PretrainConfig, args.config, overrides)
+        if not cfg.data.sentences:
+            raise ConfigError(f"{args.config}: data.sentences is not set")
+        check_extras(cfg)
+        tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
+        sentences, tagging, stage = cfg.data.sentences, cfg.data.tagging, cfg.data.tag_stage
+        cache = Path(args.cache_dir or cfg.data.cache_dir or Path(cfg.train.run_dir) / "data")
+        length = cfg.retriever.max_query_length
+    given = {"num_workers": stage.num_workers if args.workers is None else args.workers,
+             "shard_size": stage.shard_size if args.shard_size is None else args.shard_size}  # fmt: skip
+    stage = from_dict(TagStageConfig, given, where="realm tag")
+    job = sentence_tag_job(sentences, tokenizer, tagging, length, cache, args.exclude)
+    rows = tag_sentences(job, stage)
+    print(f"{len(rows)} sentences tagged ({tagging.kind}) -> {job.target}")
     return 0

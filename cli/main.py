@@ -10,6 +10,7 @@ realm evaluate OUT --task T --data F   QA exact match / retrieval accuracy (pyth
 realm world --out DIR           write the synthetic encyclopaedia as jsonl
 realm vocab ...                 train a WordPiece vocabulary
 realm blocks ...                cut a corpus (jsonl, DPR tsv, HF dataset) into blocks
+realm tag --config C --workers N  tag the pre-training sentences into the trainer's cache ahead of a job
 realm evaluate-mlm RUN          held-out masked-fact metrics of a run or checkpoint
 realm inspect RUN "query"       top-k retrieved blocks with their scores
 realm report RUN                self-contained HTML report of a run
@@ -44,6 +45,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "world": ("realm.cli.data:main_world", "write the synthetic encyclopaedia"),
     "vocab": ("realm.cli.data:main_vocab", "train a WordPiece vocabulary"),
     "blocks": ("realm.cli.data:main_blocks", "cut a corpus into blocks"),
+    "tag": ("realm.cli.data:main_tag", "tag the pre-training sentences ahead of a job (N processes, resumable)"),
     "evaluate-mlm": ("realm.cli.inspect:main_evaluate_mlm", "held-out masked-fact metrics of a run or checkpoint"),
     "inspect": ("realm.cli.inspect:main_inspect", "top-k retrieved blocks for a query"),
     "report": ("realm.cli.report:main", "self-contained HTML report of a run from its own logs"),

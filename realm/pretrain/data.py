@@ -11,12 +11,12 @@ from pathlib import Path
 import datasets
 from torch.utils.data import DataLoader
 
-from realm.data.articles import read_article_list
 from realm.data.masking import MASKING_MODES, MaskingMode
 from realm.data.packing import SpecialIds
-from realm.data.sentences import load_jsonl_dataset, prepare_sentences
-from realm.data.tagging import TaggingConfig, build_tagger
+from realm.data.tag_stage import TagJob, TagStageConfig, complete_manifest, tagged_sentences
+from realm.data.tagging import TaggingConfig
 from realm.pretrain.batch import PretrainCollator
+from realm.run.publication import exclusive_lock
 from realm.training.sampler import KeyedExamples, StepBatchSampler
 
 logger = logging.getLogger(__name__)
@@ -41,6 +41,8 @@ class DataConfig:
     masking: MaskingMode = "salient"
     """``salient`` (REALM), or the paper's ablations ``random_span`` and ``random_token``."""
     tagging: TaggingConfig = field(default_factory=TaggingConfig)
+    tag_stage: TagStageConfig = field(default_factory=TagStageConfig)
+    """Worker processes and shard size of the tagging stage that prepares ``sentences`` (``realm tag``)."""
     cache_dir: str = ""
     """Where prepared (tokenised + tagged) sentences are cached; default ``RUN/data``."""
 
@@ -49,33 +51,50 @@ class DataConfig:
             raise ValueError(f"masking must be salient, random_span or random_token, got {self.masking!r}")
 
 
-def prepared_sentences(
+def sentence_tag_job(
     path: str, tokenizer, tagger_cfg: TaggingConfig | None, max_query_length: int, cache_dir: Path, exclude: str = ""
+) -> TagJob:
+    """The tagging job of a sentences file: its cache folder is ``cache_dir/<stem>-q<length>-<tagger>[-x<hash>]``
+    (``realm tag`` and ``prepared_sentences`` name it alike, so one fills what the other reads)."""
+    source = Path(path)
+    key = f"{source.stem}-q{max_query_length}-{tagger_cfg.kind if tagger_cfg else 'gold'}"
+    if exclude:
+        key += "-x" + hashlib.sha1(str(Path(exclude).resolve()).encode("utf-8")).hexdigest()[:8]
+    return TagJob(source=source, target=Path(cache_dir) / key, tokenizer=tokenizer, tagger=tagger_cfg,
+                  max_query_length=max_query_length, exclude=exclude)  # fmt: skip
+
+
+def prepared_sentences(
+    path: str,
+    tokenizer,
+    tagger_cfg: TaggingConfig | None,
+    max_query_length: int,
+    cache_dir: Path,
+    exclude: str = "",
+    stage: TagStageConfig | None = None,
 ) -> datasets.Dataset:
-    """Tokenised sentences with salient spans, cached under ``cache_dir`` keyed by file name and settings.
+    """Tokenised sentences with salient spans, cached under ``cache_dir`` by the tagging stage
+    (``realm.data.tag_stage``: shards keyed by the file's stamp and the settings; ``stage`` says how many worker
+    processes build a missing cache).
 
     ``exclude`` names a file of sentences held out one by one (one text a line, ``HELDOUT_SENTENCES_FILE``, as
     ``realm.pretrain.reachable_cloze`` writes it): they are skipped, and the skip counted and logged
     (``realm.data.sentences.without_sentences``); the file's stamp is part of the cache key."""
-    source = Path(path)
-    key = f"{source.stem}-q{max_query_length}-{tagger_cfg.kind if tagger_cfg else 'gold'}"
-    stamp = f"{source.resolve()}:{source.stat().st_size}:{source.stat().st_mtime_ns}"
-    excluded: set[str] = set()
-    if exclude:
-        listed = Path(exclude)
-        excluded = read_article_list(listed)  # note: the article list's format, one text a line
-        key += "-x" + hashlib.sha1(str(listed.resolve()).encode("utf-8")).hexdigest()[:8]
-        stamp += f"|{listed.resolve()}:{listed.stat().st_size}:{listed.stat().st_mtime_ns}"
-    target = cache_dir / key
-    if (target / "realm_source.txt").is_file() and (target / "realm_source.txt").read_text() == stamp:
-        return datasets.load_from_disk(str(target))
-    tagger = build_tagger(tagger_cfg) if tagger_cfg else None
-    # note: the json builder cache goes under the run too, not under ~/.cache
-    ds = prepare_sentences(load_jsonl_dataset(path, cache_dir=cache_dir / "hf"), tokenizer, tagger, max_query_length,
-                           exclude=excluded)  # fmt: skip
-    ds.save_to_disk(str(target))
-    (target / "realm_source.txt").write_text(stamp)
-    return datasets.load_from_disk(str(target))
+    job = sentence_tag_job(path, tokenizer, tagger_cfg, max_query_length, cache_dir, exclude)
+    stage = stage or TagStageConfig()
+    if tagger_cfg is not None and complete_manifest(job) is None:
+        logger.info("no complete tagged cache of %s in %s: tagging it here with %d worker(s); for a large corpus run "
+                    "`realm tag` first, so that no rank waits for it", path, job.target, stage.num_workers)  # fmt: skip
+    return tag_sentences(job, stage)
+
+
+def tag_sentences(job: TagJob, stage: TagStageConfig) -> datasets.Dataset:
+    """``realm.data.tag_stage.tagged_sentences`` built under a lock beside the cache folder: a second builder of one
+    cache (``realm tag`` while a trainer prepares X) is refused with the holder's pid rather than let clean the
+    other's shards."""
+    lock = job.target.parent / f".{job.target.name}.lock"
+    refusal = f"the sentence cache {job.target} is being built by another process"
+    return tagged_sentences(job, stage, exclusive_lock(lock, refusal=refusal))
 
 
 def pretrain_loader(
