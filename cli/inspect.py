@@ -21,6 +21,8 @@ from realm.data.packing import pack_single, pad
 from realm.data.sentences import load_jsonl_dataset, prepare_sentences
 from realm.index import versions
 from realm.index.mips import BruteForceIndex, DocumentIndex
+from realm.pretrain.config import EVAL_SEARCH_MODES
+from realm.pretrain.eval_search import heldout_index
 from realm.pretrain.heldout_eval import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles
 from realm.pretrain.saved_run import LoadedRun, load_run
 from realm.run import layout, live_index, publication
@@ -48,8 +50,9 @@ def _parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> a
 def main_evaluate_mlm(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="realm evaluate-mlm",
-        description="Held-out masked-fact accuracy of a run's checkpoint, with retrieval (exact search over freshly "
-        "embedded blocks) and closed book, plus gold-article recall.",
+        description="Held-out masked-fact accuracy of a run's checkpoint, with retrieval (the run's published index "
+        "when it was built from the checkpoint's weights, else exact search over blocks embedded now, streamed in "
+        "chunks: --search) and closed book, plus gold-article recall.",
     )
     parser.add_argument("run", help="run directory")
     parser.add_argument("--checkpoint", default=None, help="checkpoint folder (default: newest complete one)")
@@ -63,6 +66,12 @@ def main_evaluate_mlm(argv: list[str]) -> int:
         "--retriever", choices=("own", "bm25"), default="own",
         help="own: the checkpoint's document tower, exact search (default); bm25: BM25 over the blocks' wordpieces, "
         "queried with the masked sentence, read by the same model (the lexical baseline)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--search", choices=EVAL_SEARCH_MODES, default=None,
+        help="with --retriever own: index (the live published index, built from this checkpoint's step), exact "
+        "(embed the blocks now, eval.exact_chunk_blocks at a time) or auto (index when it matches, else exact); "
+        "default: eval.search of the run",
     )  # fmt: skip
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the metrics to this json file")
     return _evaluate_mlm(_parse_with_overrides(parser, argv))
@@ -84,11 +93,14 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
             f"{heldout}: no sentence has a gold answer span (answer_start/answer_end) within "
             f"{cfg.retriever.max_query_length - 2} wordpieces"
         )
-    index, queries = None, None
+    search = args.search or cfg.eval.search
     if args.retriever == "bm25":
         index, queries = bm25_retrieval(
             loaded.store, loaded.special, len(loaded.tokenizer), loaded.tokenizer.unk_token_id
         )
+    else:
+        index, queries = heldout_index(search, loaded.run_dir, loaded.step, loaded.store.blocks), None
+        search = f"index {index.path.name}" if index is not None else "exact (streamed)"
     metrics = evaluate_heldout(
         loaded.model,
         rows,
@@ -100,10 +112,11 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
         max_examples=args.max_examples or cfg.eval.max_examples,
         gold_titles=gold_titles(heldout),
         query_vectors=queries,
+        chunk_blocks=cfg.eval.exact_chunk_blocks,
     )
     print(
         f"run {loaded.run_dir}  checkpoint {loaded.checkpoint.name} (step {loaded.step})  held-out {heldout}  "
-        f"retriever {args.retriever}"
+        f"retriever {args.retriever}" + (f"  search {search}" if args.retriever == "own" else "")
     )
     rows_out = [
         ("examples", metrics.num_examples),
@@ -122,6 +135,7 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
             "step": loaded.step,
             "heldout": heldout,
             "retriever": args.retriever,
+            "search": search if args.retriever == "own" else None,
             **metrics.as_dict(prefix=""),
         }
         Path(args.json).write_text(json.dumps(record, indent=2) + "\n")

@@ -116,6 +116,17 @@ def build_candidates(
     )
 
 
+def search_request(query_embeddings: Tensor, cfg: RetrieverConfig, explore: bool = False) -> tuple[Tensor, int]:
+    """What ``retrieve`` searches the index with: ([B, D] float32 CPU queries, centred with ``cfg.center_queries``
+    over the batch, and how many results it asks for). Held-out evaluation asks the same beforehand
+    (``realm.index.streamed``)."""
+    queries = query_embeddings.detach().float().cpu()
+    if cfg.center_queries:
+        queries = queries - queries.mean(dim=0, keepdim=True)
+    exploring = explore and cfg.explore_slots > 0
+    return queries, (cfg.explore_pool if exploring else cfg.num_retrieved) + cfg.num_extra_retrieved
+
+
 @torch.no_grad()
 def retrieve(
     query_embeddings: Tensor,
@@ -133,11 +144,8 @@ def retrieve(
     ``cfg.center_queries`` the batch's mean query is subtracted first; with ``explore`` (the trainer's search) and
     ``cfg.explore_slots``, that many slots are sampled from the best ``cfg.explore_pool`` (``realm.pretrain.exploration``).
     """
-    queries = query_embeddings.detach().float().cpu()
-    if cfg.center_queries:
-        queries = queries - queries.mean(dim=0, keepdim=True)
+    queries, depth = search_request(query_embeddings, cfg, explore)
     exploring = explore and cfg.explore_slots > 0
-    depth = (cfg.explore_pool if exploring else cfg.num_retrieved) + cfg.num_extra_retrieved
     scores, ids = index.search(queries, depth)
     sources, keys = exclusion_keys(batch.source_uid_hashes, store, cfg.exclude_source)
     if exploring:

@@ -58,6 +58,9 @@ class TrainConfig(LoopConfig):
             raise ValueError("resume from a checkpoint and init_* warm starts cannot both be set")
 
 
+EVAL_SEARCH_MODES = ("auto", "exact", "index")
+
+
 @dataclass(kw_only=True, slots=True)
 class EvalConfig:
     """Held-out masked-fact evaluation."""
@@ -68,8 +71,21 @@ class EvalConfig:
     """The periodic evaluations (``train.eval_interval``) use the first this many held-out sentences, the same ones
     each time, so a learning curve costs little; 0: ``max_examples``."""
     batch_size: int = 32
+    search: str = "auto"
+    """How the evaluations outside the trainer (``realm evaluate-mlm``, the pipelines' start and end figures) find
+    each query's blocks: ``exact`` (the blocks embedded now by the evaluated model, streamed ``exact_chunk_blocks``
+    at a time), ``index`` (the run's live published index, which must be built from the evaluated step's weights) or
+    ``auto`` (that index when it matches, ``exact`` otherwise). ``realm.pretrain.eval_search``."""
+    exact_chunk_blocks: int = 65_536
+    """Blocks embedded and scored at once by the exact search. Its peak memory is about
+    ``exact_chunk_blocks x (embed_dim + min(max_examples, 1024)) x 4`` bytes plus ``max_examples x k x 12``, whatever
+    the corpus size (65,536 blocks at 128 dims and 1,000 queries: about 300 MB)."""
 
     def __post_init__(self) -> None:
+        if self.search not in EVAL_SEARCH_MODES:
+            raise ValueError(f"eval.search must be one of {', '.join(EVAL_SEARCH_MODES)}, got {self.search!r}")
+        if self.exact_chunk_blocks < 1:
+            raise ValueError(f"eval.exact_chunk_blocks must be >= 1, got {self.exact_chunk_blocks}")
         if self.max_examples < 1 or self.interval_examples < 0 or self.batch_size < 1:
             raise ValueError(
                 f"eval needs max_examples >= 1, interval_examples >= 0 and batch_size >= 1, got {self.max_examples}, "

@@ -23,10 +23,12 @@ from realm.data.jsonl import iter_field
 from realm.data.packing import SpecialIds
 from realm.index.bm25 import BM25Index
 from realm.index.embedding import embed_blocks
-from realm.index.mips import BruteForceIndex, DocumentIndex
+from realm.index.mips import DocumentIndex
+from realm.index.streamed import PrecomputedSearch, streamed_search
 from realm.models.retriever import Embedder, RetrieverConfig
 from realm.pretrain.batch import PretrainCollator, RealmBatch
-from realm.pretrain.candidates import retrieve
+from realm.pretrain.candidates import retrieve, search_request
+from realm.pretrain.eval_search import embedded_chunks
 from realm.pretrain.model import RealmModel
 
 
@@ -70,11 +72,16 @@ def embed_corpus(
     return torch.from_numpy(out)
 
 
-def gold_block_ids(store: BlockStore, titles: Sequence[str]) -> list[set[int]]:
-    """For each gold title, the ids of the blocks that carry that title (its article)."""
+def gold_block_ids(store: BlockStore, titles: Sequence[str], chunk_rows: int = 1 << 16) -> list[set[int]]:
+    """For each gold title, the ids of the blocks that carry that title (its article). The title column is read
+    ``chunk_rows`` at a time and only the wanted titles are kept (21M titles as Python strings would take GBs)."""
+    wanted = set(titles)
     by_title: dict[str, set[int]] = {}
-    for block_id, title in enumerate(store.blocks["title"]):
-        by_title.setdefault(title, set()).add(block_id)
+    column = store.blocks.select_columns(["title"]).with_format("arrow")
+    for start, table in zip(range(0, len(store.blocks), chunk_rows), column.iter(batch_size=chunk_rows)):
+        for offset, title in enumerate(table.column(0).to_pylist()):
+            if title in wanted:
+                by_title.setdefault(title, set()).add(start + offset)
     return [by_title.get(t, set()) for t in titles]
 
 
@@ -117,20 +124,22 @@ def heldout_outcomes(
     index: DocumentIndex | None = None,
     batch_size: int = 32,
     query_vectors: Callable[[RealmBatch], torch.Tensor] | None = None,
+    chunk_blocks: int = 65_536,
 ) -> HeldoutOutcomes:
     """Runs ``model`` on held-out rows (prepared sentences with ``gold_span``) and keeps each row's outcome.
 
     Without ``index`` the corpus is embedded with the model's current document embedder and searched exactly, so
-    the figures measure the model itself rather than a stale index. ``query_vectors`` searches ``index`` with other
-    vectors than the model's query embeddings (e.g. ``BM25Index``'s of each masked query): another retriever's
-    top-k, read by this model (which still weighs the candidates by its own p(z|x)).
+    the figures measure the model itself rather than a stale index: ``chunk_blocks`` blocks at a time, each query
+    keeping its running top-k (``exact_search``), never the [N, D] embeddings at once. ``query_vectors`` searches
+    ``index`` with other vectors than the model's query embeddings (e.g. ``BM25Index``'s of each masked query):
+    another retriever's top-k, read by this model (which still weighs the candidates by its own p(z|x)).
     """
     cfg = dataclasses.replace(cfg, exclude_source="article")
     was_training = model.training
     model.eval()
     device = next(model.parameters()).device
     if index is None:
-        index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, special, cfg.max_block_length))
+        index = exact_search(model, rows, store, special, cfg, batch_size, query_vectors, chunk_blocks)
     span, closed_book, retrieved = [], [], []
     tok_ok = cb_tok_ok = num_tokens = 0
     bar = progress(len(rows), "evaluating", unit="query")
@@ -161,6 +170,32 @@ def heldout_outcomes(
     )
 
 
+def exact_search(
+    model: RealmModel,
+    rows: datasets.Dataset,
+    store: BlockStore,
+    special: SpecialIds,
+    cfg: RetrieverConfig,
+    batch_size: int,
+    query_vectors: Callable[[RealmBatch], torch.Tensor] | None,
+    chunk_blocks: int,
+) -> PrecomputedSearch:
+    """Exact top-k of every held-out batch's queries (as ``retrieve`` will ask for them, batch by batch) over the
+    blocks embedded now by ``model``'s document tower, streamed in chunks of ``chunk_blocks``; replayed to
+    ``heldout_outcomes``' batches in order. Memory: queries x depth plus one chunk's embeddings and scores."""
+    device = next(model.parameters()).device
+    queries, depth = [], 0
+    for batch in heldout_batches(rows, special, cfg.max_query_length, batch_size):
+        batch = batch.to(device)
+        vectors, depth = search_request(query_vectors(batch) if query_vectors else model.embed_queries(batch), cfg)
+        queries.append(vectors)
+    if not queries:
+        return PrecomputedSearch(torch.zeros(0, 0), torch.zeros(0, 0, dtype=torch.int64), len(store))
+    chunks = embedded_chunks(model.retriever.doc_embedder, store.blocks, special, cfg.max_block_length, chunk_blocks)
+    scores, ids = streamed_search(torch.cat(queries), chunks, depth)
+    return PrecomputedSearch(scores, ids, len(store))
+
+
 def evaluate_heldout(
     model: RealmModel,
     rows: datasets.Dataset,
@@ -173,6 +208,7 @@ def evaluate_heldout(
     max_examples: int | None = None,
     gold_titles: Sequence[str] | None = None,
     query_vectors: Callable[[RealmBatch], torch.Tensor] | None = None,
+    chunk_blocks: int = 65_536,
 ) -> HeldoutMetrics:
     """Evaluates ``model`` on held-out rows (``heldout_outcomes``, which says what ``index`` and ``query_vectors``
     do), on the first ``max_examples``; with ``gold_titles`` also the share of rows whose gold article is retrieved
@@ -181,7 +217,8 @@ def evaluate_heldout(
         rows = rows.select(range(min(max_examples, len(rows))))
         gold_titles = list(gold_titles)[: len(rows)] if gold_titles is not None else None
     out = heldout_outcomes(
-        model, rows, store, special, cfg, index=index, batch_size=batch_size, query_vectors=query_vectors
+        model, rows, store, special, cfg, index=index, batch_size=batch_size, query_vectors=query_vectors,
+        chunk_blocks=chunk_blocks,
     )
     num = len(out.span_correct)
     hit1 = hitk = 0

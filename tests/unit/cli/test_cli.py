@@ -223,7 +223,7 @@ def tiny_run(tmp_path_factory) -> Path:
     from realm.data.packing import SpecialIds
     from realm.data.vocab import load_tokenizer
     from realm.index import versions
-    from realm.index.build_version import publish_embeddings
+    from realm.index.build_version import blocks_fingerprint, publish_embeddings
     from realm.index.mips import IndexConfig
     from realm.pretrain.heldout_eval import embed_corpus
     from realm.pretrain.model import RealmModel
@@ -292,12 +292,14 @@ def tiny_run(tmp_path_factory) -> Path:
     (staging / "trainer_state.json").write_text(json.dumps({"step": 6}))
     publication.publish_folder(staging, layout.checkpoints_dir(run) / "step-00000006", {"step": 6, "kind": "checkpoint"})
 
-    embeddings = embed_corpus(model.retriever.doc_embedder, load_blocks(root / "blocks"), SpecialIds.of(tokenizer), 48)
+    blocks = load_blocks(root / "blocks")
+    embeddings = embed_corpus(model.retriever.doc_embedder, blocks, SpecialIds.of(tokenizer), 48)
     staging = publication.new_staging(layout.index_dir(run))
     np.save(staging / versions.EMBEDDINGS_FILE, embeddings.numpy())
     version = publish_embeddings(
-        run, staging, step=6, weights_sha256="-", corpus_fingerprint="-", cfg=IndexConfig(), started=time.time()
-    )
+        run, staging, step=6, weights_sha256="-", corpus_fingerprint=blocks_fingerprint(blocks), cfg=IndexConfig(),
+        started=time.time(),
+    )  # fmt: skip
     live_index.set_current_index(run, version)
     return run
 
@@ -323,6 +325,56 @@ def test_evaluate_mlm_reads_bm25s_blocks_with_the_runs_model(tiny_run, tmp_path,
     own, bm25 = (json.loads(out.read_text()) for out in outs.values())
     assert bm25["retriever"] == "bm25" and bm25["num_examples"] == own["num_examples"] == 8  # all of them
     assert bm25["gold_recall_at_k"] == 1.0 and bm25["gold_recall_at_1"] > own["gold_recall_at_1"]
+
+
+def test_evaluate_mlm_over_the_published_flat_index_gives_the_exact_figures(tiny_run, tmp_path, capsys):
+    """eval.search: the live Flat index built from the checkpoint's step gives the held-out figures of the streamed
+    exact search; auto takes that index, and an index of another step is refused (index) or passed over (auto)."""
+    figures = {}
+    for search in ("exact", "index", "auto"):
+        out = tmp_path / f"{search}.json"
+        argv = ["evaluate-mlm", str(tiny_run), "--max-examples", "8", "--search", search, "--json", str(out)]
+        assert main(argv + ["--eval.exact_chunk_blocks=5"]) == 0
+        figures[search] = json.loads(out.read_text())
+    printed = capsys.readouterr().out
+    assert "search exact (streamed)" in printed and "search index v-00000006" in printed
+    assert figures["exact"]["search"] == "exact (streamed)" and figures["auto"]["search"] == "index v-00000006"
+    names = ("span_accuracy", "token_accuracy", "gold_recall_at_1", "gold_recall_at_k", "num_examples")
+    assert [figures["exact"][n] for n in names] == [figures["index"][n] for n in names] == [
+        figures["auto"][n] for n in names
+    ]
+    from realm.run import layout, publication
+
+    other = ["evaluate-mlm", str(tiny_run), "--max-examples", "2", "--checkpoint"]
+    stale = publication.new_staging(layout.checkpoints_dir(tiny_run))
+    for name in ("model.safetensors", "trainer_state.json"):
+        (stale / name).write_bytes((tiny_run / "checkpoints" / "step-00000006" / name).read_bytes())
+    (stale / "trainer_state.json").write_text(json.dumps({"step": 5}))
+    folder = publication.publish_folder(stale, tmp_path / "step-00000005", {"step": 5, "kind": "checkpoint"})
+    assert main(other + [str(folder), "--search", "index"]) == 2
+    assert "built from step 6, not step 5" in capsys.readouterr().err
+    assert main(other + [str(folder), "--search", "auto"]) == 0
+    assert "search exact (streamed)" in capsys.readouterr().out
+
+
+def test_streamed_exact_evaluation_equals_the_in_memory_exact_one(tiny_run):
+    """The held-out outcomes of the streamed exact search (chunks of 1, 4 and all blocks) are those of the old
+    in-memory BruteForceIndex over embed_corpus."""
+    import numpy as np
+
+    from realm.data.sentences import load_jsonl_dataset, prepare_sentences
+    from realm.index.mips import BruteForceIndex
+    from realm.pretrain.heldout_eval import embed_corpus, heldout_outcomes
+    from realm.pretrain.saved_run import load_run
+
+    run = load_run(tiny_run)
+    rows = prepare_sentences(load_jsonl_dataset(run.cfg.data.heldout), run.tokenizer, None, 24).select(range(8))
+    shape = run.cfg.retriever
+    embeddings = embed_corpus(run.model.retriever.doc_embedder, run.store.blocks, run.special, 48)
+    want = heldout_outcomes(run.model, rows, run.store, run.special, shape, index=BruteForceIndex(embeddings))
+    for chunk in (1, 4, len(run.store)):
+        got = heldout_outcomes(run.model, rows, run.store, run.special, shape, chunk_blocks=chunk)
+        assert np.array_equal(got.retrieved, want.retrieved) and np.array_equal(got.span_correct, want.span_correct)
 
 
 def test_inspect_prints_the_same_ranking_from_the_live_and_an_exact_index(tiny_run, capsys):
