@@ -24,7 +24,7 @@ from realm.core.logging import init_logging, set_num_threads
 from realm.core.precision import PRECISIONS
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers, log_wandb_table
-from realm.data.blocks import check_blocks_tokenizer
+from realm.data.blocks import BlockStore, check_blocks_tokenizer
 from realm.data.vocab import load_tokenizer
 from realm.finetune.task import TASKS, TaskConfig
 from realm.index import versions
@@ -34,6 +34,7 @@ from realm.qa.model import OpenQAModel
 from realm.qa.prediction_table import PREDICTIONS_KEY, prediction_rows
 from realm.qa.qa_eval import DEFAULT_TOP_K, evaluate_qa
 from realm.run import publication
+from realm.run.export_retrieval import write_retrieval_files
 from realm.training.accelerator import build_accelerator, use_fast_attention
 
 logger = logging.getLogger(__name__)
@@ -43,14 +44,18 @@ METRICS_FILE = "metrics.json"
 
 
 def write_evaluation(
-    out_dir: Path, name: str, metrics: dict[str, Any], records: list[dict], accelerator: Any = None, step: int = 0
+    out_dir: Path, name: str, metrics: dict[str, Any], records: list[dict], accelerator: Any = None, step: int = 0,
+    store: BlockStore | None = None,
 ) -> Path:
-    """``OUT/eval/NAME/{predictions.jsonl, metrics.json}`` (each written to a temporary name, then renamed), and the
-    predictions table in W&B when a W&B tracker is active."""
+    """``OUT/eval/NAME/{predictions.jsonl, metrics.json}`` (each written to a temporary name, then renamed), with
+    ``store`` (the index's blocks) the retrieval as DPR ``ctxs`` records and a TREC run too
+    (``realm.run.export_retrieval``), and the predictions table in W&B when a W&B tracker is active."""
     folder = Path(out_dir) / "eval" / name
     folder.mkdir(parents=True, exist_ok=True)
     write_text_atomic(folder / PREDICTIONS_FILE, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records))
     write_text_atomic(folder / METRICS_FILE, json.dumps(metrics, indent=2) + "\n")
+    if store is not None:
+        write_retrieval_files(folder, records, store)
     if accelerator is not None:
         log_wandb_table(accelerator, PREDICTIONS_KEY, prediction_rows(records), step)
     return folder
@@ -135,7 +140,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     )
     if accelerator.is_main_process:
         name = args.name or Path(args.data).stem
-        folder = write_evaluation(out, name, metrics, records, accelerator, int(manifest.get("step", 0)))
+        folder = write_evaluation(out, name, metrics, records, accelerator, int(manifest.get("step", 0)), ctx.store)
         print(json.dumps({"predictions": str(folder / PREDICTIONS_FILE), **metrics}, indent=2))
     accelerator.end_training()
     return exit_code_after_run(accelerator.num_processes, 0)

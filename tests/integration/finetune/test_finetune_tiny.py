@@ -35,6 +35,12 @@ def test_finetuning_improves_exact_match_and_evaluate_reproduces_it(qa_world, tm
     assert len(first["block_ids"]) == len(first["titles"]) == len(first["scores"]) == len(first["has_answer"])
     assert first["scores"] == sorted(first["scores"], reverse=True)
     assert sum(r["correct"] for r in records) / len(records) == pytest.approx(end["exact_match"])
+    # the same retrieval as DPR ctxs records and a TREC run, in the predictions' order (realm.run.export_retrieval)
+    dpr = json.loads((out / "eval" / "again" / "retrieval.dpr.json").read_text())
+    retrieved = [[str(i) for i in r["block_ids"] if i >= 0] for r in records]
+    assert [[c["id"] for c in d["ctxs"]] for d in dpr] == retrieved and dpr[0]["question"] == first["question"]
+    trec = [line.split() for line in (out / "eval" / "again" / "run.trec").read_text().splitlines()]
+    assert len(trec) == sum(map(len, retrieved)) and trec[0][1:4] == ["Q0", retrieved[0][0], "1"]
 
 
 def test_evaluate_reports_a_missing_model_in_one_line(tmp_path: Path, capsys) -> None:
