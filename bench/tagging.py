@@ -3,6 +3,12 @@ dependency-free rule tagger misses against it on a seeded sample of sentences.
 
     OMP_NUM_THREADS=1 python bench/tagging.py [--corpus PATH] [--docs N] [--sample 300] [--seed 0] [--examples 3]
         [--json PATH]
+    OMP_NUM_THREADS=1 python bench/tagging.py --workers 1,2 [--kind spacy] [--repeat R] [--shard-size N] [--json PATH]
+
+With ``--workers`` it measures the tagging stage instead (``realm.data.tag_stage``, what ``realm tag`` runs): the
+corpus's sentences (repeated ``--repeat`` times) as a jsonl, tokenised and tagged into a fresh cache once per worker
+count, with the wall seconds, sentences/s, speed-up over the first count and peak RSS of the calling process and of
+its largest worker; every count must give the same rows (the issue's target: 2 processes >= 1.8x faster than 1).
 
 The documents are read as ``realm blocks --format json_object --text-field extract`` reads them and cut into
 sentences with ``split_sentences``. Both taggers run single-process over every sentence (spaCy as
@@ -16,7 +22,9 @@ from __future__ import annotations
 
 import argparse
 import random
+import resource
 import sys
+import tempfile
 import time
 from collections import Counter
 from itertools import islice
@@ -37,6 +45,8 @@ from realm.data.tagging import (  # noqa: E402
 )
 
 VITAL = Path("/work/shared/data/real/wikipedia_vital10k/summaries_en-us.json")
+STAGE_QUERY_LENGTH = 64
+"""``retriever.max_query_length`` of the stage benchmark (the base config's)."""
 
 
 def load_sentences(path: Path, num_docs: int | None) -> tuple[int, list[str]]:
@@ -183,6 +193,62 @@ def print_report(result: dict[str, Any], examples: dict[str, dict[str, list[str]
             print(f"- {group}: " + "; ".join(lines))
 
 
+def stage_scaling(
+    texts: list[str], workers: list[int], tagging: TaggingConfig, tokenizer: Any, shard_size: int, folder: Path
+) -> list[dict[str, Any]]:
+    """One row per worker count: the tagging stage over ``texts`` into a fresh cache under ``folder``. Raises
+    ``RuntimeError`` when two counts give different rows (they must not)."""
+    import json
+
+    from realm.data.tag_stage import TagJob, TagStageConfig, tagged_sentences
+
+    source = folder / "sentences.jsonl"
+    source.write_text("".join(json.dumps({"text": text}) + "\n" for text in texts), encoding="utf-8")
+    rows, first = [], None
+    for i, n in enumerate(workers):
+        job = TagJob(source=source, target=folder / f"cache-{i}-{n}", tokenizer=tokenizer, tagger=tagging,
+                     max_query_length=STAGE_QUERY_LENGTH)  # fmt: skip
+        start = time.perf_counter()
+        tagged = tagged_sentences(job, TagStageConfig(num_workers=n, shard_size=shard_size))
+        seconds = time.perf_counter() - start
+        if first is None:
+            first = tagged
+        elif not tagged.data.table.equals(first.data.table):
+            raise RuntimeError(f"{n} workers gave other rows than {workers[0]}")
+        rows.append({
+            "workers": n, "sentences": len(tagged), "seconds": seconds, "sentences_per_s": len(tagged) / seconds,
+            "speedup": rows[0]["seconds"] / seconds if rows else 1.0,
+            # note: ru_maxrss is in KiB on Linux; the children's figure is the largest worker so far
+            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "peak_worker_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
+        })  # fmt: skip
+    return rows
+
+
+def main_stage(args: argparse.Namespace) -> int:
+    """``--workers``: the tagging stage's wall time against its worker count."""
+    from realm.data.vocab import load_tokenizer, train_wordpiece
+
+    num_docs, texts = load_sentences(args.corpus, args.docs)
+    texts = texts * args.repeat
+    workers = [int(n) for n in args.workers.split(",")]
+    shard_size = args.shard_size or max(1000, len(texts) // (4 * max(workers)))
+    with tempfile.TemporaryDirectory(prefix="bench-tag-stage-") as tmp:
+        tokenizer = (load_tokenizer(args.tokenizer) if args.tokenizer
+                     else train_wordpiece(texts[:50_000], 8000, Path(tmp) / "tok"))  # fmt: skip
+        rows = stage_scaling(texts, workers, TaggingConfig(kind=args.kind), tokenizer, shard_size, Path(tmp))
+    print(f"## Tagging stage ({args.kind}): {len(texts)} sentences of {num_docs} documents x {args.repeat}, "
+          f"shards of {shard_size} lines\n")  # fmt: skip
+    print("| workers | seconds | sentences/s | speed-up | peak RSS MiB (caller) | peak RSS MiB (largest worker) |")
+    print("|---|---|---|---|---|---|")
+    for row in rows:
+        print(f"| {row['workers']} | {row['seconds']:.1f} | {row['sentences_per_s']:.0f} | {row['speedup']:.2f}x | "
+              f"{row['peak_rss_mib']:.0f} | {row['peak_worker_rss_mib']:.0f} |")  # fmt: skip
+    write_json(args.json, {"corpus": str(args.corpus), "docs": num_docs, "repeat": args.repeat, "kind": args.kind,
+                           "shard_size": shard_size, "rows": rows})  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", type=Path, default=VITAL, help="a json_object file with title and extract")
@@ -191,7 +257,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--examples", type=int, default=3, help="examples per miss group")
     parser.add_argument("--json", default=None)
+    parser.add_argument("--workers", default=None, help="e.g. 1,2: time the tagging stage at these worker counts")
+    parser.add_argument("--kind", choices=("rule", "spacy"), default="spacy", help="tagger of --workers")
+    parser.add_argument("--repeat", type=int, default=1, help="the corpus's sentences this many times (--workers)")
+    parser.add_argument("--shard-size", type=int, default=None, help="lines per shard (--workers; default: 4/worker)")
+    parser.add_argument("--tokenizer", default=None, help="tokenizer folder (--workers; default: trained here)")
     args = parser.parse_args(argv)
+    if args.workers:
+        return main_stage(args)
     num_docs, texts = load_sentences(args.corpus, args.docs)
     rule_spans, rule_s = timed_tag(RuleTagger(), texts)
     start = time.perf_counter()

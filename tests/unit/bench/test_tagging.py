@@ -61,3 +61,16 @@ def test_grouped_examples_keep_k_per_group_most_frequent_first():
     groups = tagging.grouped_examples(found, lambda span, why: f"{span[2]}/{why}", texts, k=1)
     assert list(groups) == ["GPE/partial", "DATE/none"]
     assert groups["GPE/partial"] == ["`USA` in …[USA] is big.…"]
+
+
+def test_stage_scaling_times_each_worker_count_on_the_same_rows(tmp_path):
+    from realm.data.tagging import TaggingConfig
+    from realm.data.vocab import train_wordpiece
+
+    texts = ["Mark Twain wrote it in the United States in 1884.", "Acting is old.", "Paris lies on the Seine."] * 4
+    tokenizer = train_wordpiece(texts, 200, tmp_path / "tok", min_frequency=1)
+    rows = tagging.stage_scaling(texts, [1, 1], TaggingConfig(kind="rule"), tokenizer, 5, tmp_path)
+    assert [row["workers"] for row in rows] == [1, 1] and all(row["sentences"] == len(texts) for row in rows)
+    assert rows[0]["speedup"] == 1.0 and rows[1]["speedup"] > 0 and rows[1]["peak_rss_mib"] > 0
+    for i in range(2):  # a fresh cache each time: the second count tags too, it does not read the first's cache
+        assert len(list((tmp_path / f"cache-{i}-1").glob("shard-*"))) == 3  # 12 lines in shards of 5
