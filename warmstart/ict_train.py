@@ -22,10 +22,10 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from realm.core.config import config_from_command_line
+from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
-from realm.core.tracking import TrackingConfig
+from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.articles import TrainingBlocksInput, heldout_blocks
 from realm.data.blocks import check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
@@ -35,6 +35,7 @@ from realm.models.pretrained import load_model_tokenizer
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.ict import ICTCollator, ict_loss
 from realm.training.accelerator import build_accelerator
+from realm.training.lineage import end_job_tracking
 from realm.training.optim import OptimConfig
 from realm.training.preemption import Preemption, stop_if_preempted
 from realm.training.sampler import KeyedExamples, StepBatchSampler
@@ -83,6 +84,8 @@ class ICTConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     optim: OptimConfig = field(default_factory=OptimConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Where the ICT's metrics and its published output go (W&B/TensorBoard; ``metrics.jsonl`` always)."""
 
 
 def ict_examples(blocks: datasets.Dataset, tokenizer, heldout: np.ndarray | None = None) -> datasets.Dataset:
@@ -113,8 +116,9 @@ def ict_examples(blocks: datasets.Dataset, tokenizer, heldout: np.ndarray | None
 
 def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     """Runs (or resumes) ICT and returns the published ``retriever/`` folder."""
-    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir, cfg.train.precision)
+    accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir, cfg.train.precision)
     out_dir = start_job(cfg.train, accelerator, cfg)
+    init_trackers(accelerator, cfg.tracking, out_dir, to_dict(cfg), job_type="ict")
     tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
     check_blocks_tokenizer(cfg.data.blocks, tokenizer)
     special = SpecialIds.of(tokenizer)
@@ -157,7 +161,9 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
                             plain["ict/accuracy"])  # fmt: skip
             stop_if_preempted(preemption, loop, "ict")
     loop.close()
-    return loop.publish(out_dir / "retriever", unwrapped.save_pretrained, {"kind": "ict_retriever"})
+    published = loop.publish(out_dir / "retriever", unwrapped.save_pretrained, {"kind": "ict_retriever"})
+    end_job_tracking(accelerator, published, loop.step)
+    return published
 
 
 def _global_blocks(accelerator: Accelerator, block: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -20,10 +20,10 @@ from typing import ClassVar
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
-from realm.core.config import config_from_command_line
+from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, progress
-from realm.core.tracking import TrackingConfig
+from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.articles import TrainingBlocksInput, heldout_blocks
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
@@ -35,6 +35,7 @@ from realm.models.retriever import RetrieverConfig
 from realm.pretrain.data import prepared_sentences
 from realm.pretrain.reader_warmup import TrivialRetrievalCollator, prepare_block_sentences, reader_step
 from realm.training.accelerator import build_accelerator
+from realm.training.lineage import end_job_tracking
 from realm.training.optim import OptimConfig
 from realm.training.preemption import Preemption, stop_if_preempted
 from realm.training.sampler import KeyedExamples, StepBatchSampler
@@ -91,13 +92,16 @@ class WarmupConfig:
     retriever: RetrieverConfig = field(default_factory=RetrieverConfig)
     """Only ``max_query_length`` and ``max_block_length`` apply: the reader's input is laid out as in pre-training."""
     optim: OptimConfig = field(default_factory=OptimConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    """Where the reader warm-up's metrics and its published output go (W&B/TensorBoard; ``metrics.jsonl`` always)."""
     tagging: TaggingConfig = field(default_factory=TaggingConfig)
 
 
 def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> Path:
     """Runs (or resumes) the reader warm-up and returns the published ``encoder/`` folder."""
-    accelerator = accelerator or build_accelerator(TrackingConfig(), cfg.train.run_dir, cfg.train.precision)
+    accelerator = accelerator or build_accelerator(cfg.tracking, cfg.train.run_dir, cfg.train.precision)
     out_dir = start_job(cfg.train, accelerator, cfg)
+    init_trackers(accelerator, cfg.tracking, out_dir, to_dict(cfg), job_type="warmup")
     num_processes = accelerator.num_processes
     if cfg.train.batch_size % num_processes:
         raise ConfigError(f"train.batch_size {cfg.train.batch_size} is not divisible by {num_processes} processes")
@@ -156,7 +160,9 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
         accelerator.unwrap_model(model).save_pretrained(folder)
         tokenizer.save_pretrained(str(folder))
 
-    return loop.publish(out_dir / "encoder", save, {"kind": "reader_warmup_encoder"})
+    published = loop.publish(out_dir / "encoder", save, {"kind": "reader_warmup_encoder"})
+    end_job_tracking(accelerator, published, loop.step)
+    return published
 
 
 def main(argv: list[str] | None = None) -> int:

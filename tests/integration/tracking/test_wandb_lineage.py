@@ -37,8 +37,13 @@ def _artifacts(records) -> dict[tuple[str, str], object]:
     return found
 
 
+def _key(item) -> str:
+    """An item's key (wandb-core writes some as a one-element ``nested_key``)."""
+    return item.key or "/".join(item.nested_key)
+
+
 def _summary(records) -> dict:
-    return {i.key: json.loads(i.value_json) for s in _of(records, "summary") for i in s.update if i.key}
+    return {_key(i): json.loads(i.value_json) for s in _of(records, "summary") for i in s.update}
 
 
 def test_pretraining_and_qa_log_artefacts_with_lineage_summaries_and_long_tables(tiny_world, tmp_path: Path):
@@ -100,3 +105,27 @@ def test_pretraining_and_qa_log_artefacts_with_lineage_summaries_and_long_tables
     qa_summary = _summary(qa_runs["finetune"])
     assert qa_summary["step"] == 2 and "eval/exact_match" in qa_summary
     assert qa_summary["model"] == str(run / "qa" / "model")
+
+
+def test_the_warm_starts_are_tracked_and_publish_artefacts(tiny_world, tmp_path: Path):
+    tiny = ["--model.hidden_size=32", "--model.num_layers=1", "--model.num_heads=2", "--model.intermediate_size=64",
+            "--model.max_position_embeddings=128", "--retriever.max_block_length=48", "--train.max_steps=2",
+            "--train.batch_size=8", "--train.log_interval=1", "--train.num_threads=1",
+            f"--data.tokenizer={tiny_world['tokenizer']}", f"--data.blocks={tiny_world['blocks']}",
+            "--tracking.run_name=tiny", *OFFLINE]  # fmt: skip
+    _run("realm.warmstart.ict_train", "--config", "configs/ict/demo.yaml", f"--train.run_dir={tmp_path / 'ict'}",
+         "--retriever.embed_dim=16", *tiny)  # fmt: skip
+    _run("realm.warmstart.warmup", "--config", "configs/warmup/demo.yaml", f"--train.run_dir={tmp_path / 'warmup'}",
+         *tiny)  # fmt: skip
+
+    for job, folder, name, type_, metric in (("ict", "retriever", "tiny-ict-retriever", "retriever", "ict/loss"),
+                                             ("warmup", "encoder", "tiny-warmup-encoder", "model", "warmup/loss")):
+        (records,) = offline_runs(tmp_path / job).values()
+        (run,) = _of(records, "run")
+        assert (run.job_type, run.run_group, run.display_name) == (job, "tiny", f"tiny-{job}")  # one group per run
+        assert {_key(i) for h in _of(records, "history") for i in h.item} >= {metric}  # its metrics reach W&B
+        art = _artifacts(records)[(name, "step-00000002")]
+        assert art.type == type_ and not art.use_after_commit
+        assert json.loads(art.metadata)["config"]["train"]["run_dir"] == str(tmp_path / job)
+        summary = _summary(records)
+        assert summary["step"] == 2 and summary["output"] == str(tmp_path / job / folder)
