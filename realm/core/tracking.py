@@ -201,8 +201,10 @@ def init_trackers(
     accelerator.init_trackers(cfg.project, config=flatten_config(config), init_kwargs=init_kwargs)
 
 
-def init_builder_run(cfg: TrackingConfig, run_dir: str | Path, config: Mapping[str, Any] | None = None) -> Any:
-    """A W&B run of the index builder in the trainer's group (``job_type=index_builder``), or None without W&B."""
+def init_builder_run(cfg: TrackingConfig, run_dir: str | Path, config: Mapping[str, Any] | None = None,
+                     job_type: str = "index_builder") -> Any:  # fmt: skip
+    """A W&B run of a process besides the trainer in the trainer's group (the index builder; ``job_type``), or None
+    without W&B."""
     if not cfg.uses_wandb or "wandb" not in tracker_names(cfg):
         return None
     configure_wandb_env(run_dir)
@@ -211,8 +213,17 @@ def init_builder_run(cfg: TrackingConfig, run_dir: str | Path, config: Mapping[s
     return wandb.init(
         project=cfg.project,
         config=flatten_config(config) if config else None,
-        **wandb_init_kwargs(cfg, run_dir, job_type="index_builder"),
+        **wandb_init_kwargs(cfg, run_dir, job_type=job_type),
     )
+
+
+def log_summary_run(cfg: TrackingConfig, run_dir: str | Path, summary: Mapping[str, Any]) -> None:
+    """A pipeline's end figures (what it writes to ``summary.json``) as the summary of a short W&B run in the run's
+    group (``job_type=pipeline``): each stage's own run has finished by the time they exist. No-op without W&B."""
+    run = init_builder_run(cfg, run_dir, job_type="pipeline")
+    if run is not None:
+        run.summary.update(dict(summary))
+        run.finish()
 
 
 def log_builder(run: Any, metrics: Mapping[str, Any], step: int) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, data_overrides, subprocess_env
-from tests.integration.tracking.wandb_records import offline_runs
+from tests.wandb_records import offline_runs
 
 pytestmark = pytest.mark.slow
 OFFLINE = ["--tracking.report_to=wandb", "--tracking.wandb_mode=offline"]

@@ -17,11 +17,13 @@ from realm.core.tracking import (
     init_builder_run,
     init_trackers,
     log_builder,
+    log_summary_run,
     resolve_wandb_mode,
 )
 from realm.finetune.evaluate_qa import write_evaluation
 from realm.pretrain.retrieval_table import SLOT_FIELDS, log_retrieval_table, slot_rows
 from realm.run.layout import RETRIEVALS_FILE
+from tests.wandb_records import offline_runs as read_offline_runs
 
 
 def test_config_validation():
@@ -154,6 +156,7 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
         assert builder.group == "tiny" and builder.job_type == "index_builder" and builder.settings.mode == "offline"
         log_builder(builder, {"index/build_s": 1.5}, step=4)
         finish_builder_run(builder)
+        log_summary_run(cfg, run_dir, {"heldout_accuracy_retrieval": 0.5, "stage_seconds": {"qa_s": 2.0}})
     finally:
         accelerator.end_training()
         import wandb
@@ -162,7 +165,13 @@ def test_offline_wandb_run_through_accelerate_stays_in_the_run_dir(rows, tmp_pat
 
     assert attempts == []
     offline_runs = sorted((run_dir / "wandb").glob("offline-run-*"))
-    assert len(offline_runs) == 2
+    assert len(offline_runs) == 3
+    records = read_offline_runs(run_dir)["pipeline"]  # a pipeline's summary.json, in its own run of the group
+    (record,) = [r.run for r in records if r.WhichOneof("record_type") == "run"]
+    assert (record.run_group, record.display_name) == ("tiny", "tiny-pipeline")
+    summary = {i.key or "/".join(i.nested_key): json.loads(i.value_json)
+               for r in records if r.WhichOneof("record_type") == "summary" for i in r.summary.update}  # fmt: skip
+    assert summary["heldout_accuracy_retrieval"] == 0.5 and summary["stage_seconds"] == {"qa_s": 2.0}
     (offline,) = [r for r in offline_runs if (r / "files" / "media").exists()]
     tables = [json.loads(p.read_text()) for p in (offline / "files" / "media" / "table").rglob("*.table.json")]
     assert len(tables) == 2
