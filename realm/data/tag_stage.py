@@ -46,6 +46,7 @@ import shutil
 import time
 import uuid
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -54,7 +55,7 @@ import datasets
 from transformers import PreTrainedTokenizerBase
 
 from realm.core.atomic import disk_writes, fsync_path, write_text_atomic
-from realm.core.errors import DataFileError
+from realm.core.errors import DataFileError, RunError
 from realm.data.articles import read_article_list
 from realm.data.sentences import SENTENCE_FEATURES, load_jsonl_dataset, prepare_sentences
 from realm.data.tagging import TaggingConfig, build_tagger
@@ -278,7 +279,12 @@ def _tag_shards(
         futures = {pool.submit(_tag_in_worker, shard): shard for shard in shards}
         try:
             for future in as_completed(futures):
-                yield futures[future], future.result()
+                try:
+                    result = future.result()
+                except BrokenProcessPool as err:
+                    raise RunError(f"a tagging worker of {job.target} died (out of memory? fewer workers, "
+                                   "data.tag_stage.num_workers); a rerun keeps the shards published") from err
+                yield futures[future], result
         except BaseException:
             # note: the shards being tagged finish and are published (a rerun keeps them); the rest never start
             for future in futures:
@@ -286,18 +292,23 @@ def _tag_shards(
             raise
 
 
-_WORKER: list[ShardTagger] = []
-"""A worker process's ``ShardTagger``, built once by ``_start_worker``."""
+_WORKER: list[ShardTagger | BaseException] = []
+"""A worker process's ``ShardTagger`` built once by ``_start_worker``, or what building it raised."""
 
 
 def _start_worker(job: TagJob, source: str, settings: dict[str, Any]) -> None:
     os.environ["TOKENIZERS_PARALLELISM"] = "false"  # note: N workers already use N cores
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s tag worker %(process)d %(levelname)s %(message)s")
     datasets.disable_progress_bars()
-    _WORKER.append(ShardTagger(job, source, settings))
+    try:
+        _WORKER.append(ShardTagger(job, source, settings))
+    except Exception as err:  # noqa: BLE001 - kept for the first shard: an initializer's error breaks the pool
+        _WORKER.append(err)  # with no message, a task's error reaches the caller as it is (spaCy missing, ...)
 
 
 def _tag_in_worker(shard: Shard) -> int:
+    if isinstance(_WORKER[0], BaseException):
+        raise _WORKER[0]
     return _WORKER[0](shard)
 
 

@@ -171,3 +171,22 @@ def test_a_second_builder_of_one_cache_is_refused(x, tokenizer, tmp_path):
         with pytest.raises(RunInUseError, match="is being built by another process"):
             prepared_sentences(str(x), tokenizer, TaggingConfig(), 24, tmp_path / "cache")
     assert prepared_sentences(str(x), tokenizer, TaggingConfig(), 24, tmp_path / "cache")["text"] == TEXTS
+
+
+def test_a_worker_whose_tagger_fails_to_load_reports_why_on_its_first_shard(x, tokenizer, tmp_path, monkeypatch):
+    import datasets
+
+    def missing(cfg):
+        raise RuntimeError("spaCy is not installed")
+
+    monkeypatch.setattr(tag_stage, "_WORKER", [])
+    monkeypatch.setattr(tag_stage, "build_tagger", missing)
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    job = sentence_tag_job(str(x), tokenizer, TaggingConfig(), 24, tmp_path / "cache")
+    try:
+        tag_stage._start_worker(job, "stamp", {})  # an initializer that raised would break the pool wordlessly
+    finally:
+        datasets.enable_progress_bars()
+    shard = tag_stage.plan_shards(x, 100)[0]
+    with pytest.raises(RuntimeError, match="spaCy is not installed"):
+        tag_stage._tag_in_worker(shard)
