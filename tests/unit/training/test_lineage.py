@@ -16,8 +16,8 @@ from realm.training.lineage import (
 )
 
 
-class FakeRun:
-    """What lineage calls on a wandb run, recorded: ``(call, artifact name, aliases, use_after_commit)``."""
+class PublicRun:
+    """What lineage calls on a wandb run's public API, recorded: ``(call, name, type, aliases, use_after_commit)``."""
 
     def __init__(self, offline: bool = True) -> None:
         self.offline, self.disabled, self.calls, self.summary = offline, False, [], {}
@@ -27,6 +27,10 @@ class FakeRun:
 
     def use_artifact(self, artifact, aliases):
         self.calls.append(("use", artifact.name, artifact.type, aliases, False))
+
+
+class FakeRun(PublicRun):
+    """wandb 0.31's run, with the private call that records a use."""
 
     def _log_artifact(self, artifact, aliases, is_user_created, use_after_commit):
         self.calls.append(("log", artifact.name, artifact.type, aliases, use_after_commit))
@@ -80,7 +84,13 @@ def test_the_builder_uses_the_export_and_logs_the_index_version(run_dir: Path) -
     ]
     online = FakeRun(offline=False)
     log_index_version(online, run_dir, 2, run_dir / "index" / "v-00000002")
-    assert [c[0] for c in online.calls] == ["use", "log"]
+    assert online.calls == run.calls  # online too: the record use_artifact writes, without its blocking wait
+    public = PublicRun(offline=False)  # a wandb without the private call: the public one online, none offline
+    log_index_version(public, run_dir, 2, run_dir / "index" / "v-00000002")
+    assert [c[0] for c in public.calls] == ["use", "log"]
+    offline = PublicRun(offline=True)
+    log_index_version(offline, run_dir, 2, run_dir / "index" / "v-00000002")
+    assert [c[0] for c in offline.calls] == ["log"]  # the version itself, the use left out (with a warning)
 
 
 def test_tracking_never_stops_a_job(run_dir: Path, caplog) -> None:
