@@ -12,8 +12,8 @@ nor copied, so an offline run stays small (``RUN/wandb``) and building the artef
 (with ``checksum=True``, 1.8 s: an md5 of every byte, on the trainer's critical path at every export); the price
 is that ``artifact.download()`` works only where the run directory is. A consumer rebuilds the producer's artefact
 from the same folder (``folder_artifact``), so both runs name the same version: W&B links them by that digest, which
-is also how a use is recorded offline, where wandb refuses ``use_artifact`` (``use_input``). Each artefact's metadata carries
-the producing run's ``config.yaml`` and the folder's step.
+is also how a use is recorded offline, where wandb refuses ``use_artifact`` (``use_input``). Each artefact's metadata
+carries the producing run's ``config.yaml`` and the folder's step.
 
 Artefact names are ``{run name}-{kind}`` (the run name is the W&B run name/group, ``tracking.run_name`` or the run
 directory's name), versions are told apart by aliases (``step-00000500``, ``v-00000500``). Tracking never stops a
