@@ -31,6 +31,7 @@ from realm.index.mips import FaissIndex, IndexConfig
 from realm.models.retriever import Embedder, Retriever
 from realm.run import layout, publication
 from realm.run.live_index import activate, activate_if_built, remove_older_exports
+from realm.run.paths import RUN_ROOT, record_path, run_root
 
 logger = logging.getLogger(__name__)
 
@@ -123,7 +124,9 @@ def publish_new_version(
                 corpus_fingerprint=blocks_fingerprint(blocks),
                 cfg=cfg,
                 started=started,
-                extra={"blocks": export["blocks"], "max_block_length": export["max_block_length"], **extra},
+                # note: the blocks relative to the run when inside it, so that a copied run reads its own
+                extra={"blocks": record_path(export["blocks"], run_dir), RUN_ROOT: run_root(staging, run_dir),
+                       "max_block_length": export["max_block_length"], **extra},  # fmt: skip
             )
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
