@@ -216,6 +216,7 @@ def main_tag(argv: list[str]) -> int:
         check_extras(cfg)
         tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
         sentences, tagging, stage = cfg.data.sentences, cfg.data.tagging, cfg.data.tag_stage
+        args.exclude = args.exclude or cfg.data.heldout_sentences  # note: the trainer's cache key includes it
         cache = Path(args.cache_dir or cfg.data.cache_dir or Path(cfg.train.run_dir) / "data")
         length = cfg.retriever.max_query_length
     given = {"num_workers": stage.num_workers if args.workers is None else args.workers,

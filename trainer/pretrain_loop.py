@@ -83,7 +83,8 @@ class Trainer:
         cache = Path(cfg.data.cache_dir or self.run_dir / "data")
         with self.accelerator.main_process_first():
             self.sentences = prepared_sentences(cfg.data.sentences, self.tokenizer, cfg.data.tagging,
-                                                cfg.retriever.max_query_length, cache, stage=cfg.data.tag_stage)
+                                                cfg.retriever.max_query_length, cache, cfg.data.heldout_sentences,
+                                                cfg.data.tag_stage)  # fmt: skip
             self.heldout = (
                 prepared_sentences(cfg.data.heldout, self.tokenizer, None, cfg.retriever.max_query_length, cache)
                 if cfg.data.heldout

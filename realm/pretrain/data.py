@@ -43,6 +43,10 @@ class DataConfig:
     tagging: TaggingConfig = field(default_factory=TaggingConfig)
     tag_stage: TagStageConfig = field(default_factory=TagStageConfig)
     """Worker processes and shard size of the tagging stage that prepares ``sentences`` (``realm tag``)."""
+    heldout_sentences: str = ""
+    """Optional file of sentences held out one by one (one text a line, as ``realm.pretrain.reachable_cloze`` writes
+    ``heldout_sentences.txt``): X skips them, counted and logged, so a sentence-level held-out set is never trained on
+    (the reachable held-out cloze)."""
     cache_dir: str = ""
     """Where prepared (tokenised + tagged) sentences are cached; default ``RUN/data``."""
 
