@@ -182,3 +182,20 @@ def test_pretraining_writes_its_model_folder_and_replaces_it(tiny_run, tmp_path)
     expected = embed_query(loaded, QUERIES[0])
     assert torch.allclose(model.encode_query(QUERIES[:1], convert_to_tensor=True), expected, atol=1e-5)
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no staging or trash left behind
+
+
+def test_the_readmes_three_lines_run_on_an_exported_run(tiny_run, exports):  # noqa: F811
+    """The README's "Taking the model out" snippet, as printed there, with its two folders pointed at this run's."""
+    from tests.helpers import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    code = readme.split("**Taking the model out.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
+    assert len(code.strip().splitlines()) == 3
+    code = code.replace("runs/demo/model/retriever", str(exports / "sentence-transformers"))
+    code = code.replace("runs/demo/export/index.faiss", str(exports / "pyserini" / "index.faiss"))
+    namespace: dict = {}
+    exec(compile(code, "README.md", "exec"), namespace)  # noqa: S102 - the project's own README, not data
+    docids = (exports / "pyserini" / "docid").read_text().split()
+    rows, scores = namespace["rows"], namespace["scores"]
+    assert rows.shape == (1, 5) and all(0 <= r < len(docids) for r in rows[0])
+    assert list(scores[0]) == sorted(scores[0], reverse=True)
