@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.atomic import write_text_atomic
-from realm.core.config import load_config
+from realm.core.config import load_config, to_dict
 from realm.core.precision import check_precision
+from realm.core.tracking import TrackingConfig, log_summary_run
 from realm.finetune.train import FinetuneConfig
 from realm.models.bert import ModelConfig
 from realm.pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
@@ -110,16 +111,24 @@ def pretrain_config(cfg: DemoConfig, paths: dict[str, Path]) -> PretrainConfig:
     )
 
 
-def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig) -> WarmStart:
+def stage_tracking(tracking: TrackingConfig, out: str) -> dict:
+    """The ``tracking`` section of every stage: the demo's ``--tracking.*``, one run name (the run directory's) so
+    that W&B groups the stages together."""
+    return {**to_dict(tracking), "run_name": tracking.run_name or Path(out).resolve().name}
+
+
+def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig,
+                    tracking: TrackingConfig | None = None) -> WarmStart:
     """The reader warm-up and ICT on the demo's data (less the held-out entities' articles unless
     ``cfg.warm_start_reads_heldout``), in the shape of the pre-training encoder ``model``."""
     names = ("tokenizer", "blocks") + (() if cfg.warm_start_reads_heldout else ("heldout_articles",))
     data = {name: str(paths[name]) for name in names}
-    warm = dataclasses.replace(cfg.warm_start, precision=cfg.precision)
+    sections = {**cfg.warm_start.stage_overrides, "tracking": stage_tracking(tracking or TrackingConfig(), cfg.out)}
+    warm = dataclasses.replace(cfg.warm_start, precision=cfg.precision, stage_overrides=sections)
     return warm_start(warm, Path(cfg.out), cfg.seed, data, encoder_shape(model))
 
 
-def finetune_config(cfg: DemoConfig, paths: dict[str, Path]) -> FinetuneConfig:
+def finetune_config(cfg: DemoConfig, paths: dict[str, Path], tracking: TrackingConfig | None = None) -> FinetuneConfig:
     """QA fine-tuning of the pre-trained run on questions about training entities, evaluated on held-out ones."""
     run = Path(cfg.out)
     overrides = {
@@ -129,6 +138,7 @@ def finetune_config(cfg: DemoConfig, paths: dict[str, Path]) -> FinetuneConfig:
         "task": {"train": str(paths["questions_train"]), "dev": str(paths["questions_heldout"]),
                  "max_dev_questions": cfg.max_dev_questions},
         "init": {"run": str(run)},
+        "tracking": stage_tracking(tracking or TrackingConfig(), cfg.out),
     }  # fmt: skip
     return load_config(FinetuneConfig, cfg.finetune_config, overrides)
 
@@ -144,14 +154,15 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
     paths = make_data(cfg)
     stages["data_s"] = time.perf_counter() - t
     pretrain = pretrain_config(cfg, paths)
-    stages |= warm_start_demo(cfg, paths, pretrain.model).seconds
+    pretrain.tracking.run_name = stage_tracking(pretrain.tracking, cfg.out)["run_name"]
+    stages |= warm_start_demo(cfg, paths, pretrain.model, pretrain.tracking).seconds
 
     pretrained = pretrain_and_evaluate(pretrain)
     stages |= pretrained.seconds
     start, end, train = pretrained.start, pretrained.end, pretrained.train
 
     t = time.perf_counter()
-    qa = finetune_and_evaluate(finetune_config(cfg, paths)) if cfg.qa_steps != 0 else None
+    qa = finetune_and_evaluate(finetune_config(cfg, paths, pretrain.tracking)) if cfg.qa_steps != 0 else None
     stages["qa_s"] = time.perf_counter() - t
     summary = {
         "heldout_accuracy_retrieval": end.span_accuracy,
@@ -173,4 +184,5 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
         "definitions": DEFINITIONS,
     }
     write_text_atomic(run / SUMMARY_FILE, json.dumps(summary, indent=2))
+    log_summary_run(pretrain.tracking, run, summary)
     return summary

@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from realm.core.logging import MetricsLogger
-from realm.core.tracking import TrackingConfig
 from realm.finetune.train import FinetuneConfig, Finetuner
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.export import write_finished_model
@@ -36,8 +35,8 @@ def pretrain_and_evaluate(cfg: PretrainConfig) -> Pretrained:
     ``eval.max_examples`` sentences; they go into the run's metrics as ``eval_exact/*`` at step 0 and at the last
     step, apart from the trainer's curve (``eval/*``, on the live index and ``eval.interval_examples`` sentences).
     """
-    # note: no trackers here (the pipelines track nothing of their own); the config's precision
-    trainer = Trainer(cfg, build_accelerator(TrackingConfig(), cfg.train.run_dir, cfg.train.precision))
+    # note: the config's trackers (a pipeline's --tracking.* reach it) and precision
+    trainer = Trainer(cfg, build_accelerator(cfg.tracking, cfg.train.run_dir, cfg.train.precision))
 
     def evaluate() -> HeldoutMetrics:
         with trainer.accelerator.autocast():
