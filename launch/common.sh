@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Shared by launch/pretrain.sh and launch/finetune.sh (sourced, not run): topology, GPUs, accelerate arguments.
+# Shared by the launch/*.sh scripts (sourced, not run): topology, GPUs, accelerate arguments.
 # Reads TOPOLOGY, NUM_PROCESSES, MIXED_PRECISION, MAIN_PROCESS_PORT and, for multi_node, NUM_MACHINES, MACHINE_RANK,
 # MAIN_PROCESS_IP; sets TOPOLOGY, the array LAUNCH_ARGS (accelerate launch options) and exports ACCELERATE_USE_CPU
 # on CPU topologies.
@@ -74,6 +74,27 @@ run_preemptible() {
     trap - USR1 TERM
     if ((status != 0 && preempted)); then status=$PREEMPTED_EXIT_CODE; fi
     return "$status"
+}
+
+# run_training_job MODULE ARGS...: a training job that needs no index builder beside it (QA fine-tuning, the reader
+# warm-up, ICT) under accelerate, preemptible (run_preemptible): on GPU topologies one process per GPU of TRAINER_GPUS
+# (default: every visible GPU) times NUM_MACHINES, unless NUM_PROCESSES says otherwise. Call after launch_setup;
+# returns the job's exit status.
+run_training_job() {
+    local module="$1"
+    shift
+    if ! is_cpu_topology; then
+        TRAINER_GPUS="${TRAINER_GPUS:-$(visible_gpus)}"
+        if [[ -z "$TRAINER_GPUS" ]]; then
+            echo "launch/$(basename "$0"): TOPOLOGY=$TOPOLOGY but no GPU is visible (TOPOLOGY=single_cpu for CPU)" >&2
+            return 2
+        fi
+        export CUDA_VISIBLE_DEVICES="$TRAINER_GPUS"
+        if [[ -z "${NUM_PROCESSES:-}" ]]; then
+            LAUNCH_ARGS+=(--num_processes "$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))")
+        fi
+    fi
+    run_preemptible accelerate launch "${LAUNCH_ARGS[@]}" -m "$module" "$@"
 }
 
 # Sets the array BUILDER_CMD: the index builder (realm.index_builder.watch) for the comma-separated GPUs in $1: one

@@ -2,7 +2,7 @@
 # Open-domain QA fine-tuning (realm.finetune.train) under accelerate; the index is frozen, so there is no builder.
 #   TOPOLOGY=multi_cpu launch/finetune.sh --config configs/finetune/demo.yaml --init.run=runs/demo \
 #       --task.name=jsonl --task.train=Q.jsonl --task.dev=D.jsonl --train.run_dir=runs/qa
-#   launch/finetune.sh --config configs/finetune/demo.yaml --init.run=runs/base --task.name=nq ...   # GPUs
+#   launch/finetune.sh --config configs/finetune/base.yaml --init.run=runs/nq --task.name=nq ...   # GPUs
 # Knobs (environment variables): TOPOLOGY, NUM_PROCESSES, MIXED_PRECISION, MAIN_PROCESS_PORT and, for multi_node,
 # NUM_MACHINES, MACHINE_RANK, MAIN_PROCESS_IP, as in launch/pretrain.sh; TRAINER_GPUS: GPU ids to train on
 # (default: all visible; NUM_PROCESSES defaults to one process per GPU, times NUM_MACHINES).
@@ -12,16 +12,4 @@ cd "$(dirname "$0")/.."
 # shellcheck source=launch/common.sh
 source launch/common.sh
 launch_setup
-
-if ! is_cpu_topology; then
-    TRAINER_GPUS="${TRAINER_GPUS:-$(visible_gpus)}"
-    if [[ -z "$TRAINER_GPUS" ]]; then
-        echo "launch/finetune.sh: TOPOLOGY=$TOPOLOGY but no GPU is visible (TOPOLOGY=single_cpu for CPU)" >&2
-        exit 2
-    fi
-    export CUDA_VISIBLE_DEVICES="$TRAINER_GPUS"
-    if [[ -z "${NUM_PROCESSES:-}" ]]; then
-        LAUNCH_ARGS+=(--num_processes "$(($(count_list "$TRAINER_GPUS") * ${NUM_MACHINES:-1}))")
-    fi
-fi
-run_preemptible accelerate launch "${LAUNCH_ARGS[@]}" -m realm.finetune.train "$@" || exit $?
+run_training_job realm.finetune.train "$@" || exit $?
