@@ -9,12 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import datasets
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.utils.data import Dataset
 
 from realm.data.masking import example_rng
 from realm.data.packing import SpecialIds, block_batch, pack_single, pad
+from realm.data.sentences import split_sentences
 from realm.pretrain.loss import upcast
 
 
@@ -35,6 +39,35 @@ def ict_loss(
     scores = scale * (upcast(query_emb) @ upcast(block_emb).T)  # [B, G]
     labels = torch.arange(scores.shape[0], device=scores.device) + label_offset
     return F.cross_entropy(scores, labels), (scores.argmax(-1) == labels).float().mean().detach()
+
+
+class LazyICTExamples(Dataset):
+    """ICT examples made when read: the block at a ``(epoch, position)`` key is split into sentences and tokenised in
+    ``__getitem__`` (``ICTCollator``'s input), so nothing is prepared up front and memory does not grow with the
+    corpus beyond ``rows`` (8 bytes a training block). ``ict_examples`` instead prepares every block before the first
+    step, in every process (at 21M blocks: hours and tens of GB of cache, ``configs/ict/base.yaml``).
+
+    A block with fewer than two sentences cannot pose a cloze; its position reads the next block that can (so such a
+    block's successor is drawn a little more often), where the eager path drops it from the permutation.
+    """
+
+    def __init__(self, blocks: datasets.Dataset, tokenizer, skipped: np.ndarray | None = None) -> None:
+        self.blocks, self.tokenizer = blocks, tokenizer
+        self.rows = np.arange(len(blocks)) if skipped is None else np.flatnonzero(~skipped)
+        """[M] the blocks read (all but the ``skipped`` ones: held-out articles' blocks)."""
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, key: tuple[int, int]) -> dict:
+        epoch, idx = key
+        for offset in range(len(self.rows)):
+            row = self.blocks[int(self.rows[(int(idx) + offset) % len(self.rows)])]
+            sentences = [row["text"][a:b] for a, b in split_sentences(row["text"])]
+            if len(sentences) >= 2:
+                ids = self.tokenizer(sentences, add_special_tokens=False)["input_ids"]
+                return {"title_ids": row["title_ids"], "sentence_ids": ids, "epoch": epoch, "idx": idx}
+        raise ValueError("ICT: no training block has two sentences to pose a cloze")
 
 
 @dataclass

@@ -39,23 +39,36 @@ from realm.pretrain.batch import PretrainCollator
 from realm.pretrain.loss import accuracy_metrics, marginal_mlm_loss
 
 
+def skip_unsampled(skipped: np.ndarray | None, num_blocks: int, max_blocks: int, seed: int) -> np.ndarray | None:
+    """[N] bool, the blocks whose sentences are not read: the ``skipped`` ones (held-out articles' blocks, or None)
+    and, with ``max_blocks`` > 0, every other block but a sample of ``max_blocks`` of them (seeded; all of them when
+    there are fewer). So what is split and tagged grows with ``max_blocks``, not with the corpus."""
+    if max_blocks <= 0:
+        return skipped
+    candidates = np.arange(num_blocks) if skipped is None else np.flatnonzero(~skipped)
+    if len(candidates) <= max_blocks:
+        return skipped
+    out = np.ones(num_blocks, dtype=bool)
+    out[np.random.default_rng([seed, max_blocks]).choice(candidates, max_blocks, replace=False)] = False
+    return out
+
+
 def block_sentence_records(blocks: datasets.Dataset, heldout: np.ndarray | None = None) -> datasets.Dataset:
-    """One row per sentence of every block but the ``heldout`` ones ([N] bool, ``realm.data.articles.heldout_blocks``):
-    ``text`` (the sentence) and ``block_id`` (the block's row in ``blocks``)."""
+    """One row per sentence of every block but the ``heldout`` ones ([N] bool, ``realm.data.articles.heldout_blocks``
+    or ``skip_unsampled``): ``text`` (the sentence) and ``block_id`` (the block's row in ``blocks``). Skipped blocks
+    are never read."""
+    rows = np.arange(len(blocks)) if heldout is None else np.flatnonzero(~heldout)
+    kept = blocks if heldout is None else blocks.select(rows)
 
     def split(batch: dict, indices: list[int]) -> dict:
         texts, block_ids = [], []
-        for block_id, text in zip(indices, batch["text"]):
-            if heldout is not None and heldout[block_id]:
-                continue
+        for i, text in zip(indices, batch["text"]):
             for start, end in split_sentences(text):
                 texts.append(text[start:end])
-                block_ids.append(block_id)
+                block_ids.append(int(rows[i]))
         return {"text": texts, "block_id": block_ids}
 
-    return blocks.map(
-        split, batched=True, with_indices=True, remove_columns=blocks.column_names, desc="Splitting blocks"
-    )
+    return kept.map(split, batched=True, with_indices=True, remove_columns=kept.column_names, desc="Splitting blocks")
 
 
 def prepare_block_sentences(

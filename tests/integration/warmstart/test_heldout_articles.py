@@ -65,3 +65,32 @@ def test_both_jobs_read_the_list_and_refuse_one_that_names_no_article(job, tiny_
     })  # fmt: skip
     with pytest.raises(ConfigError, match="names no article of the corpus"):
         train(cfg)
+
+
+def test_lazy_ict_examples_are_the_eager_ones_made_when_read(corpus):
+    """ict.prepare=lazy: a key reads the same sentences as the eager rows do, never a held-out block, and a block
+    too short to pose a cloze gives the next one that can."""
+    from realm.pretrain.ict import LazyICTExamples
+
+    tokenizer, blocks, held, mask = corpus
+    eager = ict_examples(blocks, tokenizer, heldout=mask)
+    lazy = LazyICTExamples(blocks, tokenizer, mask)
+    assert len(lazy) == int((~mask).sum())
+    long_enough = [i for i in lazy.rows if len(split_sentences(blocks[int(i)]["text"])) >= 2]
+    made = [lazy[(0, position)] for position in range(len(lazy))]
+    by_block = {tuple(ex["title_ids"]) + tuple(t for s in ex["sentence_ids"] for t in s) for ex in made}
+    want = {tuple(r["title_ids"]) + tuple(t for s in r["sentence_ids"] for t in s) for r in eager}
+    assert by_block == want and len(long_enough) == len(eager)
+    held_titles = {tuple(ids) for ids, h in zip(blocks["title_ids"], mask) if h}
+    assert held_titles.isdisjoint(tuple(ex["title_ids"]) for ex in made)
+    assert made[3]["idx"] == 3 and all(len(ex["sentence_ids"]) >= 2 for ex in made)
+
+
+def test_ict_trains_with_lazy_examples_made_by_loader_workers(tiny_world, tmp_path):
+    cfg = load_config(ICTConfig, "configs/ict/demo.yaml", {
+        "train": {"run_dir": str(tmp_path / "ict"), "max_steps": 2, "batch_size": 4, "log_interval": 1},
+        "data": {"tokenizer": str(tiny_world["tokenizer"]), "blocks": str(tiny_world["blocks"]),
+                 "heldout_articles": str(tiny_world["heldout_articles"])},
+        "ict": {"prepare": "lazy", "loader_workers": 2},  # as configs/ict/base.yaml
+    })  # fmt: skip
+    assert (train_ict(cfg) / "manifest.json").is_file()
