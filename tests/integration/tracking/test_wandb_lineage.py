@@ -129,3 +129,17 @@ def test_the_warm_starts_are_tracked_and_publish_artefacts(tiny_world, tmp_path:
         assert json.loads(art.metadata)["config"]["train"]["run_dir"] == str(tmp_path / job)
         summary = _summary(records)
         assert summary["step"] == 2 and summary["output"] == str(tmp_path / job / folder)
+
+
+def test_the_demos_tracking_reaches_every_stage_in_one_group(tmp_path: Path):
+    """``realm demo --tracking.report_to=wandb``: the warm-up, ICT, trainer, builder and QA runs, and the pipeline's
+    summary run, all in one W&B group (the run directory's name)."""
+    run = tmp_path / "demo"
+    _run("realm.cli.demo", "--out", str(run), "--entities", "64", "--warmup-steps", "2", "--ict-steps", "2",
+         "--steps", "4", "--qa-steps", "2", *OFFLINE)  # fmt: skip
+    found = {}
+    for stage in (run, run / "warmup", run / "ict", run / "qa"):
+        found |= offline_runs(stage)
+    assert set(found) == {"warmup", "ict", "trainer", "index_builder", "finetune", "pipeline"}, set(found)
+    groups = {r.run.run_group for records in found.values() for r in records if r.WhichOneof("record_type") == "run"}
+    assert groups == {"demo"}
