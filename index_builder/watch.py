@@ -49,6 +49,7 @@ from realm.index.shards import remove_shard_folders
 from realm.index_builder.sharded import build_index_version_sharded
 from realm.run import layout, publication
 from realm.run.live_index import current_index_step, remove_if_broken
+from realm.training.lineage import log_index_version
 
 logger = logging.getLogger(__name__)
 
@@ -170,6 +171,7 @@ def _build(
         },
         step=step,
     )
+    log_index_version(tracker, Path(cfg.run_dir), step, version)  # W&B lineage: retriever export -> build -> index
 
 
 @contextlib.contextmanager

@@ -73,6 +73,10 @@ def test_pretraining_and_qa_log_artefacts_with_lineage_summaries_and_long_tables
         copied = [e for e in art.manifest.contents if not e.ref]
         assert [e.path.rsplit("/", 1)[-1] for e in copied] == ["manifest.json"]  # weights are references, not copies
         assert all(e.ref.startswith("file://") for e in art.manifest.contents if e not in copied)
+    # the builder's run: each export it embedded an input, each version it published an output (export -> index)
+    builder = _artifacts(runs["index_builder"])
+    assert ("run-index", "v-00000000") in builder and not builder[("run-index", "v-00000000")].use_after_commit
+    assert builder[("run-retriever", "step-00000000")].use_after_commit
     index_meta = json.loads(trainer[("run-index", "v-00000002")].metadata)
     assert index_meta["retriever"] == "run-retriever:step-00000002"  # which export each version embeds
     summary = _summary(runs["trainer"])
