@@ -2,8 +2,9 @@
 
 The page has a header (run dir, steps, last index version, ``summary.json``), inline-SVG line plots of the training
 signals that tell whether retrieval is being learned (loss, retrieval utility, null-document mass, gold recall, index
-staleness), and the most recent sample retrievals from ``RUN/retrievals.jsonl``. No scripts, stylesheets or fonts are
-loaded from anywhere; every string that comes from the logs is HTML-escaped.
+staleness), and the most recent sample retrievals from ``RUN/retrievals.jsonl``; the curves of the other stages a
+run folder holds (``warmup/``, ``ict/``, ``qa/``) or of a QA run alone have a section each (``realm.cli.report_stages``).
+No scripts, stylesheets or fonts are loaded from anywhere; every string that comes from the logs is HTML-escaped.
 
 Data-embedding scheme (what tests and other tools can parse back): every plot is an
 ``<svg class="plot" data-metric="METRIC" data-values="[[step, value], ...]" data-num-skipped="N">`` whose
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from realm.cli.report_knnlm import is_knnlm_results, knnlm_sections
+from realm.cli.report_stages import STAGES, is_qa_run, stage_section, stage_sections
 from realm.core.atomic import write_text_atomic
 from realm.core.errors import RunError, run_command
 from realm.core.logging import read_metrics
@@ -279,11 +281,14 @@ def render_report(
     run_dir: str,
     num_retrievals: int = 20,
     body: list[str] | None = None,
+    stages: tuple[list[str], list[str]] = ([], []),
 ) -> str:
     """The whole HTML page. ``retrievals=None`` means the run has no retrievals.jsonl (said so on the page).
 
     The most recent ``num_retrievals`` samples (the file's last lines) are shown newest first. ``body`` replaces the
-    training plots and retrievals (a kNN-LM results folder: ``realm.cli.report_knnlm``).
+    training plots and retrievals (a kNN-LM results folder: ``realm.cli.report_knnlm``; a QA run's curves).
+    ``stages`` are the sections of the other stages' folders that go before and after them
+    (``realm.cli.report_stages``).
     """
     out = [
         "<!DOCTYPE html>",
@@ -292,11 +297,13 @@ def render_report(
         f"<style>{_CSS}</style></head><body>",
     ]
     out += _header(metrics, summary, run_dir)
+    out += stages[0]
     if body is not None:
         out += body
     else:
         out += _plots(metrics)
         out += _retrievals(retrievals, num_retrievals)
+    out += stages[1]
     out.append("</body></html>")
     return "\n".join(out) + "\n"
 
@@ -331,9 +338,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parse_args(argv)
     run = Path(args.run_dir)
     metrics_path = run / METRICS_FILE
-    if not run.is_dir() or not metrics_path.is_file():
+    stages = stage_sections(run, svg_line_plot, metric_series) if run.is_dir() else ([], [])
+    if not run.is_dir() or not (metrics_path.is_file() or any(stages)):
         what = "run directory not found" if not run.is_dir() else "no metrics.jsonl in the run directory"
-        raise RunError(f"{what}: {metrics_path if run.is_dir() else run}")
+        where = f"{metrics_path} (nor in a {', '.join(STAGES)} stage folder)" if run.is_dir() else run
+        raise RunError(f"{what}: {where}")
+    metrics = read_metrics(metrics_path) if metrics_path.is_file() else []
     retrievals_path = run / RETRIEVALS_FILE
     retrievals = read_metrics(retrievals_path) if retrievals_path.is_file() else None
     summary_path = run / SUMMARY_FILE
@@ -345,8 +355,15 @@ def main(argv: list[str] | None = None) -> int:
             summary = {"summary.json unreadable": str(err)}
         if not isinstance(summary, dict):
             summary = {SUMMARY_FILE: json.dumps(summary)}
-    body = knnlm_sections(run, svg_line_plot) if is_knnlm_results(run) else None
-    page = render_report(read_metrics(metrics_path), retrievals, summary, str(run), args.num_retrievals, body)
+    body = None
+    if is_knnlm_results(run):
+        body = knnlm_sections(run, svg_line_plot)
+    elif is_qa_run(run):  # a realm finetune output folder: its own metrics are a QA stage
+        body = stage_section("qa", STAGES["qa"], metrics, str(run), svg_line_plot, metric_series)
+    elif not metrics_path.is_file():  # the stages that ran before pre-training, or after it elsewhere
+        body = ['<p class="missing" id="no-pretraining">No metrics.jsonl in the run directory: no pre-training '
+                "curves.</p>"]  # fmt: skip
+    page = render_report(metrics, retrievals, summary, str(run), args.num_retrievals, body, stages)
     out = Path(args.out) if args.out else run / "report.html"
     out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(out, page)  # a reader never sees a half-written page
