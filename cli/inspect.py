@@ -1,4 +1,6 @@
-"""Looking into a run: ``realm evaluate-mlm RUN`` (held-out masked-fact metrics) and ``realm inspect RUN "query"``.
+"""Looking into a run: ``realm evaluate-mlm RUN`` (held-out masked-fact metrics) and ``realm inspect RUN "query"``
+(``--queries FILE``, ``--json``): the top-k blocks of a pre-training run, or of a QA run (``realm finetune``'s output,
+told apart by its ``model/`` manifest) its fine-tuned reader's answer beside them (``realm.qa.inspect``).
 
 Both load the same things through ``load_run``: the run's resolved ``config.yaml``, its tokenizer and blocks, and the
 model from the newest complete checkpoint (or ``--checkpoint``). Checkpoints are ``accelerator.save_state`` folders,
@@ -16,15 +18,18 @@ from typing import Any
 
 import torch
 
-from realm.core.errors import RunError
+from realm.cli.report_stages import is_qa_run
+from realm.core.errors import ArgumentError, MissingFileError, RunError
 from realm.data.packing import pack_single, pad
 from realm.data.sentences import load_jsonl_dataset, prepare_sentences
+from realm.finetune.evaluate_qa import load_qa_run
 from realm.index import versions
 from realm.index.mips import BruteForceIndex, DocumentIndex
 from realm.pretrain.config import EVAL_SEARCH_MODES
 from realm.pretrain.eval_search import heldout_index
 from realm.pretrain.heldout_eval import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles
 from realm.pretrain.saved_run import LoadedRun, load_run
+from realm.qa.inspect import answer_questions
 from realm.run import layout, live_index, publication
 
 RUN_OVERRIDES_HELP = (
@@ -146,21 +151,32 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
 
 
 def main_inspect(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="realm inspect", description="Top-k blocks a run retrieves for a query.")
-    parser.add_argument("run", help="run directory")
-    parser.add_argument("query", help="query text ([MASK] allowed)")
+    parser = argparse.ArgumentParser(
+        prog="realm inspect",
+        description="Top-k blocks a run retrieves for a query: a pre-training run (config.yaml, checkpoints/) or a "
+        "QA run (realm finetune's output, model/), where the fine-tuned reader's answer is printed beside its blocks.",
+    )
+    parser.add_argument("run", help="run directory (pre-training or QA)")
+    parser.add_argument("query", nargs="?", default=None, help="query text ([MASK] allowed); or --queries")
+    parser.add_argument("--queries", default=None, metavar="FILE",
+                        help="a file of queries: one a line, or jsonl with a question (or text) field per line")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object a query (JSON Lines) instead of the table")
     parser.add_argument("--k", type=int, default=5, help="blocks to show (default 5)")
-    parser.add_argument("--checkpoint", default=None, help="checkpoint folder (default: newest complete one)")
+    parser.add_argument("--checkpoint", default=None, help="pre-training run: checkpoint folder (default: newest "
+                        "complete one)")
     parser.add_argument(
         "--index",
         choices=("current", "exact"),
         default="current",
-        help="current: the live published index (index/CURRENT); exact: embed every block now "
-        "with the checkpoint's document embedder",
-    )
+        help="pre-training run: current: the live published index (index/CURRENT); exact: embed every block now "
+        "with the checkpoint's document embedder (a QA run always reads its frozen index)",
+    )  # fmt: skip
     args = _parse_with_overrides(parser, argv)
     if args.k <= 0:
         parser.error("--k must be positive")
+    if (args.query is None) == (args.queries is None):
+        parser.error("give a query or --queries FILE (one of the two)")
     return _inspect(args)
 
 
@@ -209,18 +225,84 @@ def _no_live_index(run_dir: Path) -> str:
 
 
 def _inspect(args: argparse.Namespace) -> int:
+    queries = [args.query] if args.queries is None else read_queries(args.queries)
+    if run_kind(args.run) == "qa":
+        return _inspect_qa(args, queries)
     loaded = load_run(args.run, args.checkpoint, args.overrides)
     index, description = _open_index(loaded, args.index)
-    scores, ids = index.search(embed_query(loaded, args.query), args.k)
-    hits = [(s, i) for s, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]
-    rows = loaded.store.blocks.select([i for _, i in hits]) if hits else None
-    table = []
-    for rank, (score, block_id) in enumerate(hits, start=1):
-        title, text = rows[rank - 1]["title"], rows[rank - 1]["text"]
-        table.append([str(rank), f"{score:.3f}", str(block_id), _clip(title, 32), _clip(text, 100)])
-    print(f"query: {args.query}")
-    print(description)
-    print(_table(["rank", "score", "block", "title", "text"], table, align=">>><<"))
+    for n, query in enumerate(queries):
+        scores, ids = index.search(embed_query(loaded, query), args.k)
+        hits = [(s, i) for s, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]
+        titles, texts = loaded.store.texts([i for _, i in hits])
+        blocks = [{"rank": rank, "score": score, "block": block, "title": title, "text": text}
+                  for rank, ((score, block), title, text) in enumerate(zip(hits, titles, texts), start=1)]  # fmt: skip
+        if args.json:
+            print(json.dumps({"query": query, "kind": "pretrain", "blocks": blocks}, ensure_ascii=False))
+            continue
+        print(*([""] if n else []), f"query: {query}", *([] if n else [description]), sep="\n")
+        print(_blocks_table(blocks))
+    return 0
+
+
+def run_kind(run_dir: str | Path) -> str:
+    """``qa`` for a ``realm finetune`` output folder (``model/`` published with a reader, or a ``finetune`` config:
+    ``load_qa_run`` then says the model is not published yet), else ``pretrain`` (whose loader says what such a run
+    lacks); a folder that is neither is an error naming both."""
+    run = Path(run_dir)
+    if run.is_dir() and is_qa_run(run):
+        return "qa"
+    if run.is_dir() and not (run / layout.CONFIG_FILE).is_file():
+        raise RunError(f"{run} has no config.yaml: it is neither a pre-training run (config.yaml, checkpoints/) nor "
+                       f"a QA run (model/ published by `realm finetune`)")  # fmt: skip
+    return "pretrain"
+
+
+def read_queries(path: str) -> list[str]:
+    """The queries of ``--queries``: one a line (blank lines skipped), or JSON Lines (a ``.jsonl`` file, or one
+    whose first line is an object) with a ``question`` or ``text`` field."""
+    file = Path(path)
+    if not file.is_file():
+        raise MissingFileError(f"--queries: no such file: {file}")
+    lines = [(n, line.strip()) for n, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1)]
+    lines = [(n, line) for n, line in lines if line]
+    if not (file.suffix == ".jsonl" or (lines and lines[0][1].startswith("{"))):
+        queries = [line for _, line in lines]
+    else:
+        queries = [_query_of(line, f"{file}:{n}") for n, line in lines]
+    if not queries:
+        raise ArgumentError(f"--queries: {file} holds no query")
+    return queries
+
+
+def _query_of(line: str, where: str) -> str:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as err:
+        raise ArgumentError(f"{where}: not a JSON object ({err.msg})") from None
+    query = next((record[f] for f in ("question", "text") if isinstance(record, dict) and f in record), None)
+    if not isinstance(query, str) or not query.strip():
+        raise ArgumentError(f"{where}: needs a non-empty string field 'question' (or 'text')")
+    return query
+
+
+def _inspect_qa(args: argparse.Namespace, queries: list[str]) -> int:
+    """A QA run: its fine-tuned reader's answer to each query beside the blocks retrieved from its frozen index."""
+    if args.checkpoint or args.index != "current" or args.overrides:
+        raise ArgumentError(f"{args.run} is a QA run: --checkpoint, --index and config overrides apply to "
+                            "pre-training runs (a QA run reads its published model/ and frozen index)")  # fmt: skip
+    model, ctx, manifest = load_qa_run(args.run)
+    answers = answer_questions(model, ctx, queries, args.k)
+    for n, inspected in enumerate(answers):
+        if args.json:
+            print(json.dumps({"kind": "qa", **inspected.as_dict()}, ensure_ascii=False))
+            continue
+        source = (f"from block {inspected.answer_block} (rank {inspected.answer_rank}, span score "
+                  f"{inspected.answer_score:.3f})" if inspected.answer_block >= 0 else "(no valid span)")  # fmt: skip
+        description = (f"QA model of step {manifest.get('step', '?')}, frozen index {Path(manifest['index']).name}; "
+                       f"the reader reads the top {ctx.reader.reader_beam} blocks")  # fmt: skip
+        print(*([""] if n else []), f"query: {inspected.query}", f"answer: {inspected.answer!r} {source}",
+              *([] if n else [description]), sep="\n")  # fmt: skip
+        print(_blocks_table(inspected.as_dict()["blocks"], answer=True))
     return 0
 
 
@@ -231,6 +313,14 @@ def _fmt(value: Any) -> str:
     if value is None:
         return "n/a"
     return f"{value:.4f}" if isinstance(value, float) else str(value)
+
+
+def _blocks_table(blocks: list[dict], answer: bool = False) -> str:
+    """The rows of ``--json``'s ``blocks`` as a table; ``answer`` adds a column marking the answer's block."""
+    header = ["rank", "score", "block", *(["answer"] if answer else []), "title", "text"]
+    table = [[str(b["rank"]), f"{b['score']:.3f}", str(b["block"]), *(["*" if b["answer"] else ""] if answer else []),
+              _clip(b["title"], 32), _clip(b["text"], 100)] for b in blocks]  # fmt: skip
+    return _table(header, table, align=">>>" + ("^" if answer else "") + "<<")
 
 
 def _clip(text: str, width: int) -> str:
