@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from realm.core.argparser import ArgumentParser
 from realm.core.config import from_dict, load_config
 from realm.core.errors import ConfigError, DataFileError
 from realm.data.jsonl import iter_field
@@ -27,7 +28,7 @@ def main_world(argv: list[str]) -> int:
     """``realm world``: writes the synthetic encyclopaedia (corpus, pretrain, heldout, entities, questions)."""
     from realm.data.world import WorldConfig, generate_world, write_world
 
-    parser = argparse.ArgumentParser(prog="realm world", description="Write the embedded synthetic world as jsonl.")
+    parser = ArgumentParser(prog="realm world", description="Write the embedded synthetic world as jsonl.")
     parser.add_argument("--out", required=True, help="output folder (created if needed)")
     parser.add_argument("--seed", type=int, default=0, help="one seed always gives byte-identical files")
     parser.add_argument("--entities", type=int, default=2000, help="entities with an article (>= 8)")
@@ -84,7 +85,7 @@ def main_vocab(argv: list[str]) -> int:
     """``realm vocab``: trains a BERT WordPiece vocabulary on one text field of jsonl files."""
     from realm.data.vocab import SPECIAL_TOKENS, train_wordpiece
 
-    parser = argparse.ArgumentParser(prog="realm vocab", description="Train a WordPiece vocabulary on jsonl text.")
+    parser = ArgumentParser(prog="realm vocab", description="Train a WordPiece vocabulary on jsonl text.")
     parser.add_argument(
         "--input",
         action="append",
@@ -131,7 +132,7 @@ def main_blocks(argv: list[str]) -> int:
     from realm.data.corpus import CorpusConfig, CorpusFormat
     from realm.data.vocab import load_tokenizer
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="realm blocks",
         description="Cut a knowledge corpus into [CLS] title [SEP] body [SEP] blocks (a saved Arrow dataset).",
     )
@@ -184,7 +185,7 @@ def main_tag(argv: list[str]) -> int:
     from realm.pretrain.config import PretrainConfig
     from realm.pretrain.data import sentence_tag_job, tag_sentences
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="realm tag", allow_abbrev=False, formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Tag the pre-training sentences of a config (--config C [--section.key=value ...]) or of a file "
         "(--sentences F --tokenizer T --cache-dir D) into the sharded cache the trainer reads, so that no rank waits.",

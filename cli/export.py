@@ -3,9 +3,9 @@ index in the formats transformers, sentence-transformers, FAISS and pyserini rea
 
 from __future__ import annotations
 
-import argparse
 import json
 
+from realm.core.argparser import ArgumentParser
 from realm.core.config import from_dict
 from realm.pretrain.export import FORMATS, INDEX_SOURCES, ExportConfig, export_run
 from realm.run.publication import read_manifest
@@ -18,7 +18,7 @@ _NEXT = {
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="realm export", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="realm export", description=__doc__.splitlines()[0])
     parser.add_argument("run", help="pre-training run directory")
     parser.add_argument("out", help="folder to write (must not exist or be empty, unless --overwrite)")
     parser.add_argument("--format", required=True, choices=FORMATS,

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from realm.cli.report_stages import is_qa_run
+from realm.core.argparser import ArgumentParser
 from realm.core.errors import ArgumentError, MissingFileError, RunError
 from realm.data.packing import pack_single, pad
 from realm.data.sentences import load_jsonl_dataset, prepare_sentences
@@ -53,7 +54,7 @@ def _parse_with_overrides(parser: argparse.ArgumentParser, argv: list[str]) -> a
 
 
 def main_evaluate_mlm(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="realm evaluate-mlm",
         description="Held-out masked-fact accuracy of a run's checkpoint, with retrieval (the run's published index "
         "when it was built from the checkpoint's weights, else exact search over blocks embedded now, streamed in "
@@ -151,7 +152,7 @@ def _evaluate_mlm(args: argparse.Namespace) -> int:
 
 
 def main_inspect(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="realm inspect",
         description="Top-k blocks a run retrieves for a query: a pre-training run (config.yaml, checkpoints/) or a "
         "QA run (realm finetune's output, model/), where the fine-tuned reader's answer is printed beside its blocks.",

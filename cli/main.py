@@ -30,6 +30,7 @@ from __future__ import annotations
 import importlib
 import sys
 
+from realm.core.config_help import did_you_mean
 from realm.core.errors import USER_ERROR_EXIT_CODE, run_command
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -92,11 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         print(_usage(command))
         return 0
     if command not in COMMANDS and subcommands:
-        given = f"unknown subcommand {rest[0]!r}" if rest else "a subcommand is needed"
+        hint = did_you_mean(rest[0], subcommands) if rest else ""
+        given = f"unknown subcommand {rest[0]!r}{hint}" if rest else "a subcommand is needed"
         print(f"realm {command}: {given}; one of: {', '.join(subcommands)}", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     if command not in COMMANDS:
-        print(f"realm: unknown command {command!r}\n\n{_usage()}", file=sys.stderr)
+        hint = did_you_mean(command, [name.split(" ")[0] for name in COMMANDS])
+        print(f"realm: unknown command {command!r}{hint}; `realm --help` lists the commands", file=sys.stderr)
         return USER_ERROR_EXIT_CODE
     return run_command(f"realm {command}", resolve(command), rest)
 

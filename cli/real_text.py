@@ -37,10 +37,8 @@ def format_table(summary: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if not any(arg == "--config" or arg.startswith("--config=") for arg in argv):
-        argv = ["--config", DEFAULT_CONFIG, *argv]
-    cfg = config_from_command_line(RealTextConfig, argv, "realm real-text", __doc__.splitlines()[0])
+    cfg = config_from_command_line(RealTextConfig, list(sys.argv[1:] if argv is None else argv), "realm real-text",
+                                   __doc__.splitlines()[0], default_config=DEFAULT_CONFIG)  # fmt: skip
     init_logging()
     print(format_table(run_real_text(cfg)))
     return 0

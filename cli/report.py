@@ -29,6 +29,7 @@ from typing import Any
 
 from realm.cli.report_knnlm import is_knnlm_results, knnlm_sections
 from realm.cli.report_stages import STAGES, is_qa_run, stage_section, stage_sections
+from realm.core.argparser import ArgumentParser
 from realm.core.atomic import write_text_atomic
 from realm.core.errors import RunError, run_command
 from realm.core.logging import read_metrics
@@ -325,7 +326,7 @@ def _retrievals(retrievals: list[dict] | None, num_retrievals: int) -> list[str]
 
 
 def _parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="realm report", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="realm report", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "run_dir", help="run directory holding metrics.jsonl (and optionally summary.json, " "retrievals.jsonl)"
     )

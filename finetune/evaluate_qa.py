@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from realm.core.argparser import ArgumentParser
 from realm.core.atomic import write_text_atomic
 from realm.core.config import from_dict, load_config
 from realm.core.errors import ArgumentError, run_command
@@ -87,7 +88,7 @@ def load_qa_run(out_dir: str | Path, blocks: str = ""):
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="realm evaluate", description=__doc__.splitlines()[0])
+    parser = ArgumentParser(prog="realm evaluate", description=__doc__.splitlines()[0])
     parser.add_argument("out", help="a realm finetune output folder")
     parser.add_argument("--task", required=True, choices=TASKS)
     parser.add_argument("--data", required=True, help="question file (or hf:<split> for nq / wq)")

@@ -4,7 +4,7 @@ world -> WordPiece vocabulary -> blocks -> reader warm-up of the from-scratch en
 own pre-training gives REALM) -> ICT warm start of the retriever -> pre-training (trainer + live index builder as a
 child process) -> held-out evaluation with retrieval and closed book -> open-domain QA fine-tuning on questions about
 training entities, evaluated on questions about held-out ones. Writes ``OUT/summary.json``. ``realm demo`` builds a
-``DemoConfig`` from its flags and calls ``run_demo``; ``bench/evidence.py`` starts every row where the demo starts
+``DemoConfig`` from its dotted keys and calls ``run_demo``; ``bench/evidence.py`` starts every row where the demo starts
 (``make_data`` and ``warm_start_demo``).
 """
 
@@ -41,11 +41,12 @@ DEFINITIONS = {
 
 @dataclass(kw_only=True, slots=True)
 class DemoConfig:
-    """The whole demo: the world, its vocabulary, each stage's recipe and length (``realm demo``'s flags)."""
+    """The whole demo: the world, its vocabulary, each stage's recipe and length (``realm demo``'s dotted keys)."""
 
     out: str = "runs/demo"
     """The run directory."""
     seed: int = 0
+    """Seed of the world, of every stage's initialisation and of its data order."""
     num_entities: int = 2000
     """Entities in the generated world."""
     vocab_size: int = 12000
@@ -53,11 +54,14 @@ class DemoConfig:
     warm_start: WarmStartConfig = field(default_factory=WarmStartConfig)
     """The reader warm-up and ICT recipes (``configs/{warmup,ict}/demo.yaml``) and their step overrides."""
     pretrain_config: str = "configs/pretrain/demo.yaml"
+    """The pre-training recipe (a packaged name or a file; ``configs/pretrain/demo_gpu.yaml`` for one GPU)."""
     pretrain_steps: int | None = None
     """None (or 0): the config's."""
     pretrain_overrides: list[str] = field(default_factory=list)
-    """Dotted overrides of the pre-training config (``--section.key=value``), after the demo's own."""
+    """Dotted overrides of the pre-training config (``--section.key=value``), after the demo's own; ``realm demo``
+    puts every ``--train.*``, ``--optim.*``, ``--tracking.*``, ... of its command line here."""
     finetune_config: str = "configs/finetune/demo.yaml"
+    """The QA fine-tuning recipe."""
     qa_steps: int | None = None
     """QA fine-tuning steps (None: the config's; 0 skips QA)."""
     max_dev_questions: int = 500
@@ -69,12 +73,12 @@ class DemoConfig:
     builder, evaluation, QA."""
     warm_start_reads_heldout: bool = True
     """Whether the reader warm-up and ICT read the held-out entities' articles too (their corpus sentences, never
-    their X sentences or questions), as REALM's own pre-training reads all of Wikipedia; ``realm demo
-    --clean-warm-start`` excludes them (``world/heldout_articles.txt``), as ``realm real-text`` always does. Measured
-    on the CI-sized demo, seed 0 (docs/evidence.md, "What the held-out figure rests on"): excluding them takes
-    held-out accuracy from 0.545 to 0.067 and recall@4 after ICT from 0.988 to 0.776; the warm-up's reading is what
-    carries it (0.473 with only the warm-up reading them, 0.188 with only ICT). So the from-scratch reader does not
-    copy from articles it never read, and the default keeps the recipe the demo's figures were measured with."""
+    their X sentences or questions), as REALM's own pre-training reads all of Wikipedia; false excludes them
+    (``world/heldout_articles.txt``), as ``realm real-text`` always does. Measured on the CI-sized demo, seed 0
+    (docs/evidence.md, "What the held-out figure rests on"): excluding them takes held-out accuracy from 0.545 to
+    0.067 and recall@4 after ICT from 0.988 to 0.776; the warm-up's reading is what carries it (0.473 with only the
+    warm-up reading them, 0.188 with only ICT). So the from-scratch reader does not copy from articles it never read,
+    and the default keeps the recipe the demo's figures were measured with."""
 
     def __post_init__(self) -> None:
         check_precision(self.precision)

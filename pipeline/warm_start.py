@@ -63,7 +63,9 @@ class WarmStartConfig:
     """Which warm-start recipes to run and how long."""
 
     warmup_config: str = "configs/warmup/demo.yaml"
+    """The reader warm-up recipe (``realm warmup``)."""
     ict_config: str = "configs/ict/demo.yaml"
+    """The ICT recipe (``realm ict``)."""
     warmup_steps: int | None = None
     """Reader warm-up steps (None: the config's; 0 skips the stage)."""
     ict_steps: int | None = None

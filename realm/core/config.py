@@ -9,6 +9,7 @@ its value came from: the command-line override as given, or the YAML file and th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import math
 import re
@@ -20,6 +21,7 @@ from typing import Any, Iterator, TypeVar
 import yaml
 
 from realm.core.atomic import write_text_atomic
+from realm.core.config_help import did_you_mean, options_help
 from realm.core.errors import ConfigError
 from realm.core.extras import check_extras
 from realm.core.resources import data_dir, packaged_config
@@ -161,7 +163,8 @@ def _build(cls: type[T], data: dict[str, Any], key: str, origins: _Origins) -> T
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = origins.section(key, [_join(key, name) for name in unknown])
-        raise ConfigError(f"{where}: unknown key(s) {unknown}; valid keys are {sorted(fields)}")
+        hint = "".join(did_you_mean(name, fields) for name in unknown)
+        raise ConfigError(f"{where}: unknown key(s) {unknown}{hint}; valid keys are {sorted(fields)}")
     kwargs = {}
     for name, value in data.items():
         factory = fields[name].default_factory
@@ -313,36 +316,71 @@ def save_config(config: Any, path: str | Path) -> None:
     write_text_atomic(path, yaml.safe_dump(to_dict(config), sort_keys=False))
 
 
-def options_help(cls: type) -> str:
-    """Every dotted override a config class accepts with its default, one per line (for a command's ``--help``)."""
-    lines = ["options: --section.key=value overrides the YAML config (defaults shown):"]
+def split_overrides(args: list[str], heads: set[str]) -> tuple[list[str], list[str]]:
+    """``args`` split into the overrides whose first key is not in ``heads`` and those whose first key is (each with
+    its value, ``--train.max_steps 3`` as two words included), keeping their order."""
+    kept: list[str] = []
+    taken: list[str] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        key, sep, _ = arg[2:].partition("=")
+        words = args[i : i + (1 if sep or not arg.startswith("--") else 2)]
+        head = key.replace("-", "_").split(".")[0]
+        (taken if arg.startswith("--") and head in heads else kept).extend(words)
+        i += len(words)
+    return kept, taken
 
-    def walk(config: Any, prefix: str) -> None:
-        for f in dataclasses.fields(config):
-            value = getattr(config, f.name)
-            if dataclasses.is_dataclass(value):
-                walk(value, f"{prefix}{f.name}.")
-            else:
-                lines.append(f"  --{prefix}{f.name}={value!r}")
 
-    walk(cls(), "")
-    return "\n".join(lines)
+def _flag(argv: list[str], *names: str) -> tuple[bool, list[str]]:
+    """Whether any of the flags ``names`` is in ``argv``, and ``argv`` without them."""
+    rest = [arg for arg in argv if arg not in names]
+    return len(rest) != len(argv), rest
 
 
 def config_from_command_line(cls: type[T], argv: list[str] | None, prog: str, description: str, *,
-                             config_required: bool = False) -> T:  # fmt: skip
-    """The one option style of every job and process: ``--config FILE.yaml`` plus ``--section.key=value`` overrides,
-    with ``--help`` listing every key and its default; the optional packages the config needs are checked here
-    (``realm.core.extras``)."""
-    parser = argparse.ArgumentParser(
-        prog=prog, description=description, epilog=options_help(cls), allow_abbrev=False,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )  # fmt: skip
-    parser.add_argument("--config", default=None, required=config_required,
+                             config_required: bool = False, default_config: str | None = None,
+                             passthrough: tuple[str, type] | None = None) -> T:  # fmt: skip
+    """The one option style of every job, process and pipeline: ``--config FILE.yaml`` (``default_config`` when none
+    is given) plus ``--section.key=value`` overrides; ``--help`` lists every key with its value (the default config's
+    where there is one) and its field's docstring; ``--print_config`` prints the resolved config as YAML and exits 0.
+    ``passthrough=(field, stage_cls)``: overrides of ``stage_cls``'s sections that ``cls`` lacks are gathered, as
+    given, into the list ``field`` (a pipeline's ``--train.*`` for its pre-training stage). The optional packages the
+    config needs are checked here (``realm.core.extras``)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False, add_help=False,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
+    parser.add_argument("--config", default=default_config, metavar="FILE.yaml",
                         help="YAML config (see configs/); --section.key=value overrides any of its keys")  # fmt: skip
+    printing, argv = _flag(list(argv or []), "--print_config", "--print-config")
     args, overrides = parser.parse_known_args(argv)
+    if args.help:
+        source = args.config or ""
+        defaults = load_config(cls, source) if source else cls()
+        text = f"{parser.format_help()}\n{options_help(defaults, source)}"
+        if passthrough:
+            heads = ", ".join(sorted(_sections(cls, passthrough)))
+            stage = _type_name(passthrough[1])
+            text += f"\n  --SECTION.key=value of {stage}'s sections ({heads}) go to {passthrough[0]}"
+        with contextlib.suppress(BrokenPipeError):  # `realm train --help | head`
+            print(text)
+        raise SystemExit(0)
+    if config_required and not args.config:
+        parser.error("the following arguments are required: --config")
+    if passthrough:
+        overrides, staged = split_overrides(overrides, _sections(cls, passthrough))
+        if staged:
+            overrides.append(f"--{passthrough[0]}={yaml.safe_dump(staged, default_flow_style=True).strip()}")
     config = load_config(cls, args.config, overrides)
+    if printing:
+        print(yaml.safe_dump(to_dict(config), sort_keys=False), end="")
+        raise SystemExit(0)
     # note: here, before the command does any work: a setting whose package is missing is one line now, not a
     # traceback after minutes of data preparation
     check_extras(config)
     return config
+
+
+def _sections(cls: type, passthrough: tuple[str, type]) -> set[str]:
+    """The sections of a passthrough stage config (its dataclass fields), less the pipeline's own keys."""
+    return {f.name for f in dataclasses.fields(passthrough[1])} - {f.name for f in dataclasses.fields(cls)}

@@ -56,7 +56,7 @@ def test_help_lists_every_dotted_key_with_its_default(capsys):
         finetune_main(["--help"])
     assert exit_.value.code == 0
     out = capsys.readouterr().out
-    for key in ("--train.run_dir='runs/qa'", "--data.blocks=''", "--finetune.retriever_beam=100", "--task.name='nq'"):
+    for key in ("--train.run_dir=runs/qa", "--data.blocks=''", "--finetune.retriever_beam=100", "--task.name=nq"):
         assert key in out, key
 
 

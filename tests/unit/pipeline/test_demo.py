@@ -104,7 +104,8 @@ def test_a_clean_warm_start_skips_the_held_out_entities_articles(seen, tmp_path)
 
 
 def test_realm_demo_clean_warm_start_flag_turns_the_held_out_articles_off():
-    from realm.cli.demo import demo_config, parse_args
+    from realm.cli.demo import demo_config
 
-    assert demo_config(*parse_args([])).warm_start_reads_heldout
-    assert not demo_config(*parse_args(["--clean-warm-start"])).warm_start_reads_heldout
+    assert demo_config([]).warm_start_reads_heldout
+    assert not demo_config(["--clean-warm-start"]).warm_start_reads_heldout  # the deprecated flag, for one release
+    assert not demo_config(["--warm_start_reads_heldout=false"]).warm_start_reads_heldout
