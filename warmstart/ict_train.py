@@ -14,7 +14,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Collection
 
 import datasets
 import numpy as np
@@ -29,11 +29,10 @@ from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.articles import TrainingBlocksInput, heldout_blocks
 from realm.data.blocks import check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
-from realm.data.sentences import split_sentences
 from realm.models.bert import ModelConfig
 from realm.models.pretrained import load_model_tokenizer
 from realm.models.retriever import Retriever, RetrieverConfig
-from realm.pretrain.ict import ICTCollator, LazyICTExamples, ict_loss
+from realm.pretrain.ict import ICTCollator, LazyICTExamples, block_sentences, ict_loss
 from realm.training.accelerator import build_accelerator
 from realm.training.lineage import end_job_tracking
 from realm.training.optim import OptimConfig
@@ -99,15 +98,16 @@ class ICTConfig:
     """Where the ICT's metrics and its published output go (W&B/TensorBoard; ``metrics.jsonl`` always)."""
 
 
-def ict_examples(blocks: datasets.Dataset, tokenizer, heldout: np.ndarray | None = None) -> datasets.Dataset:
-    """Blocks split into tokenised sentences, but for the ``heldout`` ones ([N] bool,
-    ``realm.data.articles.heldout_blocks``); blocks with fewer than two sentences cannot pose a cloze and are
-    dropped (the count is logged)."""
+def ict_examples(blocks: datasets.Dataset, tokenizer, heldout: np.ndarray | None = None,
+                 excluded: Collection[str] = frozenset()) -> datasets.Dataset:  # fmt: skip
+    """Blocks split into tokenised sentences (less the ``excluded`` ones, ``block_sentences``), but for the
+    ``heldout`` ones ([N] bool, ``realm.data.articles.heldout_blocks``); blocks with fewer than two sentences cannot
+    pose a cloze and are dropped (the count is logged)."""
     if heldout is not None:
         blocks = blocks.select(np.flatnonzero(~heldout))
 
     def split(batch: dict) -> dict:
-        sentences = [[text[a:b] for a, b in split_sentences(text)] for text in batch["text"]]
+        sentences = [block_sentences(text, excluded) for text in batch["text"]]
         flat = [s for group in sentences for s in group]
         ids = tokenizer(flat, add_special_tokens=False)["input_ids"] if flat else []
         out, i = [], 0
@@ -136,9 +136,9 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     corpus = load_blocks(cfg.data.blocks)
     heldout = heldout_blocks(corpus, cfg.data.heldout_articles, "ICT")
     if cfg.ict.prepare == "lazy":
-        examples: Dataset = LazyICTExamples(corpus, tokenizer, heldout)
+        examples: Dataset = LazyICTExamples(corpus, tokenizer, heldout, cfg.data.excluded_sentences())
     else:
-        examples = KeyedExamples(ict_examples(corpus, tokenizer, heldout))
+        examples = KeyedExamples(ict_examples(corpus, tokenizer, heldout, cfg.data.excluded_sentences()))
     bert_config = cfg.model.bert_config(len(tokenizer))
     retriever = (
         Retriever.from_bert(cfg.model.init_from, cfg.retriever)

@@ -129,7 +129,7 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
             heldout = skip_unsampled(heldout_blocks(blocks, cfg.data.heldout_articles, "reader warm-up"), len(blocks),
                                      cfg.task.max_blocks, cfg.train.seed)  # fmt: skip
             rows = prepare_block_sentences(blocks, tokenizer, build_tagger(cfg.tagging), cfg.retriever.max_query_length,
-                                           heldout)  # fmt: skip
+                                           heldout, cfg.data.excluded_sentences())  # fmt: skip
     encoder = (
         KnowledgeAugmentedEncoder.from_pretrained(cfg.model.init_from)
         if cfg.model.init_from

@@ -7,7 +7,7 @@ gets a learning signal (REALM's cold-start problem).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Collection, Sequence
 
 import datasets
 import numpy as np
@@ -41,6 +41,13 @@ def ict_loss(
     return F.cross_entropy(scores, labels), (scores.argmax(-1) == labels).float().mean().detach()
 
 
+def block_sentences(text: str, excluded: Collection[str] = ()) -> list[str]:
+    """A block's sentences (``split_sentences``) but the ``excluded`` ones (stripped texts held out one by one, the
+    reachable held-out cloze's): such a sentence is neither an ICT query nor part of a pseudo-document."""
+    sentences = [text[a:b] for a, b in split_sentences(text)]
+    return [s for s in sentences if s.strip() not in excluded] if excluded else sentences
+
+
 class LazyICTExamples(Dataset):
     """ICT examples made when read: the block at a ``(epoch, position)`` key is split into sentences and tokenised in
     ``__getitem__`` (``ICTCollator``'s input), so nothing is prepared up front and memory does not grow with the
@@ -51,8 +58,9 @@ class LazyICTExamples(Dataset):
     block's successor is drawn a little more often), where the eager path drops it from the permutation.
     """
 
-    def __init__(self, blocks: datasets.Dataset, tokenizer, skipped: np.ndarray | None = None) -> None:
-        self.blocks, self.tokenizer = blocks, tokenizer
+    def __init__(self, blocks: datasets.Dataset, tokenizer, skipped: np.ndarray | None = None,
+                 excluded: Collection[str] = frozenset()) -> None:  # fmt: skip
+        self.blocks, self.tokenizer, self.excluded = blocks, tokenizer, excluded
         self.rows = np.arange(len(blocks)) if skipped is None else np.flatnonzero(~skipped)
         """[M] the blocks read (all but the ``skipped`` ones: held-out articles' blocks)."""
 
@@ -63,7 +71,7 @@ class LazyICTExamples(Dataset):
         epoch, idx = key
         for offset in range(len(self.rows)):
             row = self.blocks[int(self.rows[(int(idx) + offset) % len(self.rows)])]
-            sentences = [row["text"][a:b] for a, b in split_sentences(row["text"])]
+            sentences = block_sentences(row["text"], self.excluded)
             if len(sentences) >= 2:
                 ids = self.tokenizer(sentences, add_special_tokens=False)["input_ids"]
                 return {"title_ids": row["title_ids"], "sentence_ids": ids, "epoch": epoch, "idx": idx}

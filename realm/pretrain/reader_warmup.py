@@ -22,7 +22,7 @@ held-out span accuracy; from one trained past the change (years 0.99) 0.56, with
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Collection, Sequence
 
 import datasets
 import numpy as np
@@ -32,7 +32,7 @@ from torch import Tensor
 from realm.data.blocks import BlockStore
 from realm.data.masking import MaskingMode
 from realm.data.packing import Movable, SpecialIds, pack_pairs, reader_length
-from realm.data.sentences import prepare_sentences, split_sentences
+from realm.data.sentences import prepare_sentences, split_sentences, without_sentences
 from realm.data.tagging import SpanTagger
 from realm.models.encoder import KnowledgeAugmentedEncoder
 from realm.pretrain.batch import PretrainCollator
@@ -72,13 +72,15 @@ def block_sentence_records(blocks: datasets.Dataset, heldout: np.ndarray | None 
 
 
 def prepare_block_sentences(
-    blocks: datasets.Dataset, tokenizer, tagger: SpanTagger, max_query_length: int, heldout: np.ndarray | None = None
+    blocks: datasets.Dataset, tokenizer, tagger: SpanTagger, max_query_length: int, heldout: np.ndarray | None = None,
+    excluded: Collection[str] = (),
 ) -> datasets.Dataset:
     """Tokenised, tagged block sentences (``realm.data.sentences.SENTENCE_FEATURES``) plus the ``block_id`` each one
     came from, none from a ``heldout`` block (the held-out articles' blocks stay in ``blocks``, so block ids are
-    rows of the whole corpus); sentences without a salient span are kept here and rejected by the collator, as in
+    rows of the whole corpus) and none of ``excluded`` (sentences held out one by one); sentences without a salient span are kept here and rejected by the collator, as in
     pre-training."""
-    records = block_sentence_records(blocks, heldout)
+    # note: filtered here, with the block ids, not by prepare_sentences(exclude=), which would misalign them
+    records = without_sentences(block_sentence_records(blocks, heldout), excluded, "reader warm-up")
     prepared = prepare_sentences(records.remove_columns("block_id"), tokenizer, tagger, max_query_length)
     return prepared.add_column("block_id", records["block_id"])
 

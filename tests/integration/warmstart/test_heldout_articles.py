@@ -94,3 +94,57 @@ def test_ict_trains_with_lazy_examples_made_by_loader_workers(tiny_world, tmp_pa
         "ict": {"prepare": "lazy", "loader_workers": 2},  # as configs/ict/base.yaml
     })  # fmt: skip
     assert (train_ict(cfg) / "manifest.json").is_file()
+
+
+def test_sentences_held_out_one_by_one_are_no_warmup_example_ict_query_or_pseudo_document(corpus, tmp_path):
+    """``data.heldout_sentences`` (the reachable held-out cloze's list): its sentences leave the warm-up's examples and
+    ICT's blocks (eager and lazy) while their blocks stay."""
+    from realm.data.articles import TrainingBlocksInput
+    from realm.pretrain.ict import LazyICTExamples
+
+    tokenizer, blocks, _, _ = corpus
+    texts = [blocks[i]["text"][a:b] for i in range(len(blocks)) for a, b in split_sentences(blocks[i]["text"])]
+    held = set(texts[1:40:3])
+    listed = tmp_path / "heldout_sentences.txt"
+    listed.write_text("".join(f"{t}\n" for t in sorted(held)))
+    excluded = TrainingBlocksInput(heldout_sentences=str(listed)).excluded_sentences()
+    assert excluded == {t.strip() for t in held}
+
+    rows = prepare_block_sentences(blocks, tokenizer, build_tagger(TaggingConfig()), 32, excluded=excluded)
+    assert held.isdisjoint(rows["text"]) and len(rows) == len(texts) - sum(t in held for t in texts)
+
+    def words(ids_rows) -> set[tuple[int, ...]]:
+        return {tuple(s) for r in ids_rows for s in r["sentence_ids"]}
+
+    held_ids = {tuple(ids) for ids in tokenizer(sorted(held), add_special_tokens=False)["input_ids"]}
+    eager = ict_examples(blocks, tokenizer, excluded=excluded)
+    lazy = LazyICTExamples(blocks, tokenizer, None, excluded)
+    assert held_ids.isdisjoint(words(eager)) and held_ids.isdisjoint(words(lazy[(0, p)] for p in range(len(lazy))))
+    assert held_ids & words(ict_examples(blocks, tokenizer))  # without the list they are read
+
+
+class _Seen(Exception):
+    pass
+
+
+@pytest.mark.parametrize("job", ["warmup", "ict"])
+def test_both_jobs_pass_their_configs_sentence_list_on(job, tiny_world, tmp_path, monkeypatch):
+    import realm.warmstart.ict_train as ict_module
+    import realm.warmstart.warmup as warmup_module
+
+    def seen(*args):  # both jobs pass the excluded sentences last
+        raise _Seen(args[-1])
+
+    module, name = {"warmup": (warmup_module, "prepare_block_sentences"), "ict": (ict_module, "ict_examples")}[job]
+    monkeypatch.setattr(module, name, seen)
+    cls, path, train = {"warmup": (WarmupConfig, "configs/warmup/demo.yaml", train_warmup),
+                        "ict": (ICTConfig, "configs/ict/demo.yaml", train_ict)}[job]  # fmt: skip
+    (tmp_path / "held.txt").write_text("A sentence held out.\n")
+    cfg = load_config(cls, path, {
+        "train": {"run_dir": str(tmp_path / job), "max_steps": 2, "batch_size": 4},
+        "data": {"tokenizer": str(tiny_world["tokenizer"]), "blocks": str(tiny_world["blocks"]),
+                 "heldout_sentences": str(tmp_path / "held.txt")},
+    })  # fmt: skip
+    with pytest.raises(_Seen) as passed:
+        train(cfg)
+    assert passed.value.args[0] == {"A sentence held out."}
