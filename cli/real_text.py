@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from realm.cli.summary_table import format_rows
+from realm.cli.summary_table import closing_lines, format_rows
 from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
                                    __doc__.splitlines()[0], default_config=DEFAULT_CONFIG)  # fmt: skip
     init_logging()
     print(format_table(run_real_text(cfg)))
+    print(f"\n{closing_lines(cfg.out)}")
     return 0
 
 

@@ -174,7 +174,8 @@ class Finetuner:
         write_evaluation(self.out, f"dev-step-{step}", metrics, records, self.accelerator, step)
         self.evaluations.append((step, metrics))
         self.loop.metrics.log({f"eval/{k}": v for k, v in metrics.items()}, step)
-        logger.info("step %d dev: %s", step, {k: round(v, 4) for k, v in metrics.items()})
+        logger.info("QA step %d/%d dev: %s", step, self.cfg.train.max_steps,
+                    {k: round(v, 4) for k, v in metrics.items()})  # fmt: skip
         return metrics
 
     def train(self) -> Path:
@@ -194,8 +195,9 @@ class Finetuner:
                 bar.update(1)
                 logged = loop.end_step("train", {"time/step_s": (time.perf_counter() - t0) / (loop.step - first)})
                 if logged:
-                    logger.info("step %d loss %.4f (retriever %.4f, reader %.4f)", loop.step, logged["train/loss"],
-                                logged["train/retriever_loss"], logged["train/reader_loss"])  # fmt: skip
+                    logger.info("QA step %d/%d loss %.4f (retriever %.4f, reader %.4f)", loop.step, cfg.train.max_steps,
+                                logged["train/loss"], logged["train/retriever_loss"],
+                                logged["train/reader_loss"])  # fmt: skip
                 if cfg.finetune.eval_interval and loop.step % cfg.finetune.eval_interval == 0 \
                         and loop.step != cfg.train.max_steps:  # fmt: skip
                     self.evaluate(loop.step)

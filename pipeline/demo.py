@@ -23,7 +23,7 @@ from realm.core.precision import check_precision
 from realm.core.tracking import TrackingConfig, log_summary_run
 from realm.finetune.train import FinetuneConfig
 from realm.models.bert import ModelConfig
-from realm.pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
+from realm.pipeline.stages import StageBanners, announce_stage, finetune_and_evaluate, pretrain_and_evaluate
 from realm.pipeline.synthetic import make_world_data
 from realm.pipeline.warm_start import WarmStart, WarmStartConfig, encoder_shape, warm_start
 from realm.pretrain.config import PretrainConfig
@@ -148,13 +148,20 @@ def finetune_config(cfg: DemoConfig, paths: dict[str, Path], tracking: TrackingC
 
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
-    """Runs every stage and returns (and writes to ``OUT/summary.json``) the figures and the seconds of each."""
+    """Runs every stage and returns (and writes to ``OUT/summary.json``) the figures and the seconds of each; each
+    stage logs a numbered line (``[3/5] ICT warm start: 1,000 steps -> runs/demo/ict``)."""
+    with StageBanners(5):
+        return _run_stages(cfg)
+
+
+def _run_stages(cfg: DemoConfig) -> dict[str, Any]:
     t_start = time.perf_counter()
     run = Path(cfg.out)
     run.mkdir(parents=True, exist_ok=True)
     stages: dict[str, float] = {}
 
     t = time.perf_counter()
+    announce_stage("data", f"a world of {cfg.num_entities:,} entities, a WordPiece vocabulary, blocks", run)
     paths = make_data(cfg)
     stages["data_s"] = time.perf_counter() - t
     pretrain = pretrain_config(cfg, paths)
@@ -167,6 +174,8 @@ def run_demo(cfg: DemoConfig) -> dict[str, Any]:
 
     t = time.perf_counter()
     qa = finetune_and_evaluate(finetune_config(cfg, paths, pretrain.tracking)) if cfg.qa_steps != 0 else None
+    if qa is None:
+        announce_stage("QA fine-tuning", None)
     stages["qa_s"] = time.perf_counter() - t
     summary = {
         "heldout_accuracy_retrieval": end.span_accuracy,

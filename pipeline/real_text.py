@@ -32,7 +32,7 @@ from realm.data.vocab import train_wordpiece
 from realm.finetune.train import FinetuneConfig
 from realm.models.pretrained import model_tokenizer
 from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS
-from realm.pipeline.stages import finetune_and_evaluate, pretrain_and_evaluate
+from realm.pipeline.stages import StageBanners, announce_stage, finetune_and_evaluate, pretrain_and_evaluate
 from realm.pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
 from realm.pretrain.config import PretrainConfig
 from realm.run.layout import SUMMARY_FILE
@@ -140,7 +140,16 @@ def pretrain_config(cfg: RealTextConfig, data: dict[str, str], sets: ClozeSets, 
 
 
 def run_real_text(cfg: RealTextConfig) -> dict[str, Any]:
-    """Runs every stage and returns (and writes to ``OUT/summary.json``) the figures and the seconds of each."""
+    """Runs every stage and returns (and writes to ``OUT/summary.json``) the figures and the seconds of each; each
+    stage logs a numbered line (``[4/6] ICT warm start: 500 steps -> runs/real_text/ict``)."""
+    # note: the stages up to stop_after: data, the copy curriculum (when there is one), warm-up, ICT, pre-training, QA
+    total = {"data": 1, "warm_start": 3, "pretrain": 4, "qa": 5}[cfg.stop_after]
+    total += bool(cfg.warm_start.copy_curriculum) and cfg.stop_after != "data"
+    with StageBanners(total):
+        return _run_stages(cfg)
+
+
+def _run_stages(cfg: RealTextConfig) -> dict[str, Any]:
     if not cfg.corpus.path:
         raise ConfigError("corpus.path must name the knowledge corpus")
     if cfg.qa_steps != 0 and cfg.stop_after == "qa" and not (cfg.qa.train and cfg.qa.dev):
@@ -152,6 +161,8 @@ def run_real_text(cfg: RealTextConfig) -> dict[str, Any]:
     # note: blocks are cut for the pre-training retriever, the one that embeds them for the index
     shape = load_config(PretrainConfig, cfg.pretrain_config, dict(cfg.pretrain_overrides)).retriever
     t = time.perf_counter()
+    vocabulary = f"the vocabulary of {cfg.init_from}" if cfg.init_from else "a WordPiece vocabulary"
+    announce_stage("data", f"{vocabulary}, blocks, cloze sets from {cfg.corpus.path}", out)
     data, sets, counts = prepare_data(cfg, shape.max_block_length)
     seconds["data_s"] = time.perf_counter() - t
     summary: dict[str, Any] = {**counts, "stage_seconds": seconds}
@@ -174,6 +185,8 @@ def run_real_text(cfg: RealTextConfig) -> dict[str, Any]:
         t = time.perf_counter()
         qa = finetune_and_evaluate(finetune_config(cfg))
         seconds["qa_s"] = time.perf_counter() - t
+    elif cfg.stop_after == "qa":
+        announce_stage("QA fine-tuning", None)
     start, end = pretrained.start, pretrained.end
     summary |= {
         "heldout_accuracy_retrieval_start": start.span_accuracy,

@@ -3,7 +3,9 @@ fine-tuning evaluated before and after."""
 
 from __future__ import annotations
 
+import logging
 import time
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,6 +17,42 @@ from realm.pretrain.heldout_eval import HeldoutMetrics, evaluate_heldout
 from realm.run.layout import METRICS_FILE
 from realm.trainer.pretrain_loop import Trainer
 from realm.training.accelerator import build_accelerator
+
+logger = logging.getLogger(__name__)
+
+
+class StageBanners:
+    """A pipeline's numbered stage lines, so that a log says where the run is and how long each stage is:
+    ``[3/5] ICT warm start: 1,000 steps -> runs/demo/ict``. ``with StageBanners(5):`` numbers the ``announce_stage``
+    lines of the stages run inside it."""
+
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.count = 0
+        self._token: Token | None = None
+
+    def __enter__(self) -> StageBanners:
+        self._token = _BANNERS.set(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        _BANNERS.reset(self._token)
+
+
+# note: a context variable, not a parameter: the stage functions are called by both pipelines and by the benchmarks,
+# whose calls (and tests' stubs of them) stay as they are; outside a pipeline a stage's line is not numbered
+_BANNERS: ContextVar[StageBanners | None] = ContextVar("stage_banners", default=None)
+
+
+def announce_stage(name: str, what: str | int | None, out: str | Path | None = None) -> None:
+    """The next stage's line: ``what`` is its steps (an int), a phrase, or None when the stage is skipped."""
+    banners = _BANNERS.get()
+    number = ""
+    if banners is not None:
+        banners.count += 1
+        number = f"[{banners.count}/{banners.total}] "
+    length = "skipped" if what is None else f"{what:,} steps" if isinstance(what, int) else what
+    logger.info("%s%s: %s%s", number, name, length, f" -> {out}" if out and what is not None else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +73,9 @@ def pretrain_and_evaluate(cfg: PretrainConfig) -> Pretrained:
     ``eval.max_examples`` sentences; they go into the run's metrics as ``eval_exact/*`` at step 0 and at the last
     step, apart from the trainer's curve (``eval/*``, on the live index and ``eval.interval_examples`` sentences).
     """
+    builder = ", the index builder beside it" if cfg.refresh.spawn_builder else ""
+    announce_stage("REALM pre-training", f"{cfg.train.max_steps:,} steps{builder}, held-out evaluation before and "
+                   "after", cfg.train.run_dir)  # fmt: skip
     # note: the config's trackers (a pipeline's --tracking.* reach it) and precision
     trainer = Trainer(cfg, build_accelerator(cfg.tracking, cfg.train.run_dir, cfg.train.precision))
 
@@ -70,6 +111,7 @@ def pretrain_and_evaluate(cfg: PretrainConfig) -> Pretrained:
 def finetune_and_evaluate(cfg: FinetuneConfig) -> dict:
     """Fine-tunes for QA (``realm finetune``) and returns exact match and top-5 accuracy on the dev questions before
     and after, with the step count and the number of dev questions."""
+    announce_stage("QA fine-tuning", cfg.train.max_steps, cfg.train.run_dir)
     tuner = Finetuner(cfg)
     tuner.train()
     evals = tuner.evaluations

@@ -27,6 +27,7 @@ from realm.data.copy_corpus import frequent_words, write_copy_corpus
 from realm.data.corpus import CorpusConfig
 from realm.data.vocab import load_tokenizer
 from realm.models.bert import ModelConfig
+from realm.pipeline.stages import announce_stage
 from realm.warmstart.ict_train import ICTConfig, train_ict
 from realm.warmstart.warmup import WarmupConfig, train_warmup
 
@@ -166,7 +167,8 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
     warm-up and ICT, not the copy stages, whose blocks are random words. ``model`` is the stages' ``model`` section
     (``encoder_shape``). ICT starts from the warmed-up encoder when the encoder started from scratch (measured on the
     demo world: ICT recall@4 0.674 from it, 0.623 from a random BERT), and from the pretrained folder itself
-    otherwise, whose encoder weights are what a sentence embedder was trained as.
+    otherwise, whose encoder weights are what a sentence embedder was trained as. Each stage
+    announces itself (``announce_stage``): the copy curriculum when there is one, the reader warm-up, ICT.
     """
     seconds: dict[str, float] = {}
     sections = cfg.stage_overrides
@@ -174,14 +176,19 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
     if cfg.copy_curriculum:
         if model.get("init_from"):
             raise ValueError("copy_curriculum is for an encoder from scratch; init_from names a pretrained one")
+        steps = sum(stage.steps for stage in cfg.copy_curriculum)
+        announce_stage("copy curriculum", f"{len(cfg.copy_curriculum)} stages, {steps:,} steps", out / "copy")
         t = time.perf_counter()
         copied = copy_curriculum(cfg, out, seed, data, {**sections.get("model", {}), **model})
         seconds["copy_s"] = time.perf_counter() - t
-    if cfg.warmup_steps != 0:
+    if cfg.warmup_steps == 0:
+        announce_stage("reader warm-up", None)
+    else:
         t = time.perf_counter()
         warmup_model = {**sections.get("model", {}), **model, **({"init_from": str(copied)} if copied else {})}
         warmup = stage_config(WarmupConfig, cfg.warmup_config, out / "warmup", seed, data, cfg.warmup_steps,
                               {**sections, "model": warmup_model}, cfg.precision)  # fmt: skip
+        announce_stage("reader warm-up", warmup.train.max_steps, out / "warmup")
         encoder = train_warmup(warmup)
         seconds["warmup_s"] = time.perf_counter() - t
     ict_model = {**model, "init_from": str(encoder)} if encoder and not model.get("init_from") else model
@@ -191,6 +198,7 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
     ict = stage_config(ICTConfig, cfg.ict_config, out / "ict", seed, data, cfg.ict_steps,
                        {**ict_sections, "model": {**ict_sections.get("model", {}), **ict_model}},
                        cfg.precision)  # fmt: skip
+    announce_stage("ICT warm start", ict.train.max_steps, out / "ict")
     retriever = train_ict(ict)
     seconds["ict_s"] = time.perf_counter() - t
     return WarmStart(encoder, copied, retriever, seconds)

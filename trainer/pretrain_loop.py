@@ -326,8 +326,9 @@ class Trainer:
             extra["train/retriever_lr"] = rate  # its own warm-up and scale (optim.retriever_*)
         plain, _ = self.loop.log_window("train", extra)
         self.candidates.critical_s = 0.0
-        logger.info("step %d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step", self.step,
-                    plain["train/loss"], plain["train/mlm_accuracy"], plain["train/retrieval_utility"],
+        logger.info("step %d/%d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step",
+                    self.step, self.cfg.train.max_steps, plain["train/loss"], plain["train/mlm_accuracy"],
+                    plain["train/retrieval_utility"],
                     plain["train/null_doc_prob"], self.index.step, self.step - self.index.step,
                     plain["time/step_s"])  # fmt: skip
 

@@ -173,8 +173,8 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
             loop.optimizer_step()
             plain = loop.end_step("ict", {"time/elapsed_s": time.perf_counter() - t0})
             if plain:
-                logger.info("ICT step %d loss %.4f in-batch acc %.3f", loop.step, plain["ict/loss"],
-                            plain["ict/accuracy"])  # fmt: skip
+                logger.info("ICT step %d/%d loss %.4f in-batch acc %.3f", loop.step, cfg.train.max_steps,
+                            plain["ict/loss"], plain["ict/accuracy"])  # fmt: skip
             stop_if_preempted(preemption, loop, "ict")
     loop.close()
     published = loop.publish(out_dir / "retriever", unwrapped.save_pretrained, {"kind": "ict_retriever"})

@@ -161,8 +161,8 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
             bar.update(1)
             plain = loop.end_step("warmup", {"time/elapsed_s": time.perf_counter() - t0})
             if plain:
-                logger.info("warm-up step %d loss %.4f span accuracy %.3f", loop.step, plain["warmup/loss"],
-                            plain["warmup/span_accuracy"])  # fmt: skip
+                logger.info("warm-up step %d/%d loss %.4f span accuracy %.3f", loop.step, cfg.train.max_steps,
+                            plain["warmup/loss"], plain["warmup/span_accuracy"])  # fmt: skip
             stop_if_preempted(preemption, loop, "warmup")
     bar.close()
     loop.close()

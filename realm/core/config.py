@@ -24,6 +24,7 @@ from realm.core.atomic import write_text_atomic
 from realm.core.config_help import did_you_mean, options_help
 from realm.core.errors import ConfigError
 from realm.core.extras import check_extras
+from realm.core.log_noise import set_verbose
 from realm.core.resources import data_dir, packaged_config
 
 T = TypeVar("T")
@@ -350,9 +351,14 @@ def config_from_command_line(cls: type[T], argv: list[str] | None, prog: str, de
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False, add_help=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
+    parser.add_argument("--verbose", action="store_true",
+                        help="third-party progress bars and expected warnings too (quiet by default)")  # fmt: skip
     parser.add_argument("--config", default=default_config, metavar="FILE.yaml",
                         help="YAML config (see configs/); --section.key=value overrides any of its keys")  # fmt: skip
     printing, argv = _flag(list(argv or []), "--print_config", "--print-config")
+    verbose, argv = _flag(argv, "--verbose")
+    if verbose:  # note: before the command's init_logging, and inherited by its child processes
+        set_verbose(True)
     args, overrides = parser.parse_known_args(argv)
     if args.help:
         source = args.config or ""

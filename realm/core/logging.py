@@ -17,6 +17,7 @@ from typing import Any, Mapping
 import torch
 
 from realm.core.atomic import disk_writes, write_text_atomic
+from realm.core.log_noise import ExpectedNoiseFilter, quiet_third_party
 
 _FORMAT = "%(asctime)s [realm %(name)s] %(levelname)s %(message)s"
 
@@ -40,13 +41,16 @@ class _CurrentStderrHandler(logging.StreamHandler):
 
 
 def init_logging(is_main_process: bool = True, level: int = logging.INFO) -> None:
-    """Configures stdlib logging once; non-main ranks only report warnings so logs are not N-fold."""
+    """Configures stdlib logging once; non-main ranks only report warnings so logs are not N-fold. Unless
+    ``--verbose`` (``realm.core.log_noise``), third-party progress bars and expected third-party events are quiet."""
     root = logging.getLogger()
     if not any(getattr(h, "_realm", False) for h in root.handlers):
         handler = _CurrentStderrHandler()
         handler.setFormatter(logging.Formatter(_FORMAT, datefmt="%H:%M:%S"))
+        handler.addFilter(ExpectedNoiseFilter())
         handler._realm = True  # type: ignore[attr-defined]
         root.addHandler(handler)
+    quiet_third_party()
     root.setLevel(level if is_main_process else logging.WARNING)
     for noisy in ("datasets", "filelock", "urllib3", "httpx", "transformers.modeling_utils"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

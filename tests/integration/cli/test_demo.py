@@ -1,6 +1,8 @@
-"""`realm demo` end to end at a small size: every stage runs and summary.json carries the promised fields."""
+"""`realm demo` end to end at a small size, configured only with dotted keys: every stage runs, summary.json carries
+the promised fields, and its log (a pipe, as a log file: not a TTY) is one a person can read."""
 
 import json
+import re
 
 import pytest
 
@@ -12,28 +14,12 @@ pytestmark = pytest.mark.slow
 def test_demo_writes_summary_with_all_fields(tmp_path):
     run = tmp_path / "demo"
     proc = run_module(
-        "realm.cli.demo",
-        "--out",
-        str(run),
-        "--entities",
-        "100",
-        "--warmup-steps",
-        "5",
-        "--ict-steps",
-        "10",
-        "--steps",
-        "6",
-        "--refresh.refresh_interval=2",
-        "--refresh.swap_lag=1",
-        "--train.log_interval=2",
-        "--train.save_interval=6",
-        "--eval.max_examples=40",
-        "--qa-steps",
-        "4",
-        "--qa-dev",
-        "20",
-        timeout=300,
-    )
+        "realm.cli.demo", f"--out={run}", "--num_entities=100", "--warm_start.warmup_steps=5",
+        "--warm_start.ict_steps", "10", "--pretrain_steps=6", "--refresh.refresh_interval=2", "--refresh.swap_lag=1",
+        "--train.log_interval=2", "--train.save_interval=6", "--eval.max_examples=40", "--qa_steps=4",
+        "--max_dev_questions", "20", timeout=300,
+    )  # fmt: skip
+    _assert_readable_log(proc.stderr, proc.stdout, run)
     summary = json.loads((run / "summary.json").read_text())
     for key in (
         "heldout_accuracy_retrieval",
@@ -73,3 +59,21 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
     assert (run / "checkpoints" / "step-00000006" / "manifest.json").is_file()
     # the trained networks as transformers / sentence-transformers load them (realm.pretrain.export)
     assert all((run / "model" / name / "manifest.json").is_file() for name in ("encoder", "retriever"))
+
+
+def _assert_readable_log(log: str, out: str, run) -> None:
+    """Stage banners with step totals, step lines with totals, no third-party progress bar, no WARNING for an
+    expected event (accelerate's save_state, the projection's fresh init), and the closing lines."""
+    banners = re.findall(r"\[(\d)/5\] ([^:]+): (.*)", log)
+    assert [(n, name) for n, name, _ in banners] == [("1", "data"), ("2", "reader warm-up"), ("3", "ICT warm start"),
+                                                    ("4", "REALM pre-training"), ("5", "QA fine-tuning")], banners
+    assert banners[2][2] == f"10 steps -> {run / 'ict'}" and banners[4][2] == f"4 steps -> {run / 'qa'}"
+    for line in ("warm-up step 5/5 ", "ICT step 10/10 ", "step 6/6 loss", "QA step 4/4 loss"):
+        assert line in log, line
+    for bar in ("Generating train split", "Saving the dataset", "Map:", "Loading weights", "Writing model shards",
+                "\r", "it/s]"):  # fmt: skip
+        assert bar not in log, bar
+    assert "WARNING" not in log and "LOAD REPORT" not in log and "Removed shared tensor" not in log, log[-3000:]
+    assert "a new random projection" in log  # the one line of our own for the projection's fresh init
+    assert f"model    {run / 'model'}" in out and f"realm report {run}" in out
+    assert f'realm inspect {run} "QUERY"' in out and f"realm export {run} OUT --format" in out
