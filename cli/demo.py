@@ -9,11 +9,12 @@ the table (``RUN/summary.json`` holds the figures).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from realm.cli.summary_table import closing_lines, format_rows
-from realm.core.config import config_from_command_line
-from realm.core.errors import run_command
+from realm.core.config import config_from_command_line, read_yaml
+from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, set_num_threads
 from realm.pipeline.demo import DemoConfig, run_demo
 from realm.pretrain.config import PretrainConfig
@@ -25,15 +26,20 @@ DEPRECATED = {
     "--ict-config": "--warm_start.ict_config", "--config": "--pretrain_config", "--qa-config": "--finetune_config",
 }  # fmt: skip
 """The demo's flags before it took ``DemoConfig``'s dotted keys (``--qa-steps``, ``--vocab-size``, ``--out``,
-``--seed`` and ``--precision`` still are keys): aliases for one release, each with a one-line note."""
+``--seed`` and ``--precision`` still are keys): aliases for one release, with a one-line note. ``--config`` of a
+pre-training recipe is one of them; ``--config`` of a demo config (``DemoConfig`` keys) is that."""
 
 
 def translate_deprecated(argv: list[str]) -> tuple[list[str], list[str]]:
     """``argv`` with the deprecated flags (``--entities 100``, ``--steps=6``, ``--clean-warm-start``) spelled as
-    ``DemoConfig`` keys, and the flags it translated."""
+    ``DemoConfig`` keys, and the flags it translated. ``--config`` naming a pre-training recipe is the old
+    ``--pretrain_config``; naming a demo config (only ``DemoConfig`` keys), it is that, as for every command."""
     out, used = [], []
-    for arg in argv:
+    for i, arg in enumerate(argv):
         flag, sep, value = arg.partition("=")
+        if flag == "--config" and _is_demo_config(value if sep else (argv[i + 1:] or [""])[0]):
+            out.append(arg)
+            continue
         if arg == "--clean-warm-start":
             out.append("--warm_start_reads_heldout=false")
         elif flag in DEPRECATED:
@@ -43,6 +49,15 @@ def translate_deprecated(argv: list[str]) -> tuple[list[str], list[str]]:
             continue
         used.append(flag)
     return out, used
+
+
+def _is_demo_config(path: str) -> bool:
+    """Whether ``path`` is a YAML file of ``DemoConfig`` keys (a pre-training recipe has sections it lacks)."""
+    try:
+        keys = set(read_yaml(path))
+    except ConfigError:
+        return False  # note: a missing file is reported once, by whichever config reads it
+    return keys <= {f.name for f in dataclasses.fields(DemoConfig)}
 
 
 def demo_config(argv: list[str]) -> DemoConfig:

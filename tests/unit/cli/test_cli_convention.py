@@ -109,3 +109,10 @@ def test_plain_option_commands_take_both_spellings_and_suggest(tmp_path, capsys)
         main(["world", "--out", str(tmp_path / "c"), "--heldout-fractoin=0.3"])
     assert stop.value.code == 2
     assert "(did you mean '--heldout-fraction'?)" in capsys.readouterr().err
+
+
+def test_the_demos_config_is_a_demo_yaml_or_the_old_pretraining_recipe(tmp_path, capsys):
+    (tmp_path / "demo.yaml").write_text("num_entities: 77\nwarm_start:\n  ict_steps: 5\n")
+    cfg = demo_cli.demo_config(["--config", str(tmp_path / "demo.yaml"), "--qa_steps=0"])
+    assert (cfg.num_entities, cfg.warm_start.ict_steps, cfg.qa_steps) == (77, 5, 0)
+    assert cfg.pretrain_config == "configs/pretrain/demo.yaml" and not capsys.readouterr().err  # nothing deprecated
