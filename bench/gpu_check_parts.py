@@ -181,7 +181,7 @@ def demo_command(ctx: Context) -> list[str]:
                       "--refresh.refresh_interval=2", "--refresh.swap_lag=1", "--train.log_interval=2",
                       "--train.save_interval=6", "--eval.max_examples=40", "--qa-steps", "4", "--qa-dev", "20")
     short = [] if ctx.full_pipelines else ["--warmup-steps", "400", "--ict-steps", "300"]
-    return _bench(ctx, "gpu_check_pipeline.py", *run, "--", "--config", "configs/pretrain/demo_gpu.yaml",
+    return _bench(ctx, "gpu_check_pipeline.py", *run, "--", "--pretrain_config", "configs/pretrain/demo_gpu.yaml",
                   "--seed", "0", *short)  # fmt: skip
 
 

@@ -16,7 +16,7 @@ as the demo runs it, sharing the GPU; ``embed_alone_over_bare`` is the same embe
 much is sharing and how much is the builder's own work per batch. Run from the repository root::
 
     python bench/gpu_check_pipeline.py --kind demo --out runs/gpu_check/demo --json demo.json -- \\
-        --config configs/pretrain/demo_gpu.yaml
+        --pretrain_config configs/pretrain/demo_gpu.yaml
 """
 
 from __future__ import annotations
