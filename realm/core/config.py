@@ -16,7 +16,7 @@ import re
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterator, TypeVar
+from typing import Any, TypeVar
 
 import yaml
 
@@ -25,6 +25,9 @@ from realm.core.config_help import did_you_mean, options_help
 from realm.core.errors import ConfigError
 from realm.core.extras import check_extras
 from realm.core.log_noise import set_verbose
+from realm.core.overrides import join_key as _join
+from realm.core.overrides import leaves, parse_overrides_given, split_overrides, take_flag
+from realm.core.overrides import parse_overrides  # noqa: F401 (callers import it from here)
 from realm.core.resources import data_dir, packaged_config
 
 T = TypeVar("T")
@@ -32,10 +35,6 @@ T = TypeVar("T")
 
 def _type_name(tp: Any) -> str:
     return getattr(tp, "__name__", str(tp))
-
-
-def _join(key: str, name: str) -> str:
-    return f"{key}.{name}" if key else name
 
 
 class _Origins:
@@ -189,65 +188,6 @@ def to_dict(config: Any) -> dict[str, Any]:
     return dataclasses.asdict(config)
 
 
-def parse_overrides(args: list[str]) -> dict[str, Any]:
-    """Turns ``["--optim.lr=1e-4", "--index.refresh_interval", "50"]`` into a nested dict.
-
-    Values are parsed as YAML scalars (so ``1e-4`` is a float and ``true`` a bool); anything that is not a
-    ``--dotted.key=value`` pair is an error rather than being silently ignored.
-    """
-    return _parse_overrides(args)[0]
-
-
-def _parse_overrides(args: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
-    """``parse_overrides`` and, for errors, each dotted key's override as given."""
-    nested: dict[str, Any] = {}
-    given: dict[str, str] = {}
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("--"):
-            raise ConfigError(f"override {arg!r}: expected --section.key=value")
-        key, sep, raw = arg[2:].partition("=")
-        if not sep:
-            if i + 1 >= len(args):
-                raise ConfigError(f"override {arg!r} has no value")
-            raw = args[i + 1]
-            i += 1
-        i += 1
-        value = _parse_scalar(raw)
-        node = nested
-        parts = key.replace("-", "_").split(".")
-        for part in parts[:-1]:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"override {arg!r} conflicts with an earlier override")
-        node[parts[-1]] = value
-        given[".".join(parts)] = arg if sep else f"{arg} {raw}"
-    return nested, given
-
-
-def _leaves(nested: dict[str, Any], key: str = "") -> Iterator[tuple[str, Any]]:
-    """(dotted key, value) of every value of a nested dict that is not itself a dict."""
-    for name, value in nested.items():
-        if isinstance(value, dict) and value:
-            yield from _leaves(value, _join(key, name))
-        else:
-            yield _join(key, name), value
-
-
-def _parse_scalar(raw: str) -> Any:
-    """A YAML scalar, except that ``2e-3`` is a float (YAML 1.1 would read it as a string)."""
-    if raw == "":
-        return ""
-    value = yaml.safe_load(raw)
-    if isinstance(value, str):
-        try:
-            return float(raw)
-        except ValueError:
-            return value
-    return value
-
-
 def _merge(base: dict[str, Any], update: dict[str, Any], key: str, origins: _Origins) -> dict[str, Any]:
     """Recursively merges ``update`` into a copy of ``base``; a section on one side and a scalar on the other is an
     error (``train: 5`` in a file must not be silently replaced by an override's section and its defaults)."""
@@ -304,10 +244,10 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
     """
     data = read_yaml(path) if path is not None else {}
     if isinstance(overrides, list):
-        overrides, given = _parse_overrides(overrides)
+        overrides, given = parse_overrides_given(overrides)
     else:
         overrides = overrides or {}
-        given = {key: f"{key}={value!r}" for key, value in _leaves(overrides)}
+        given = {key: f"{key}={value!r}" for key, value in leaves(overrides)}
     origins = _Origins(str(path) if path else "config", given)
     return _build(cls, _merge(data, overrides, "", origins), "", origins)
 
@@ -315,28 +255,6 @@ def load_config(cls: type[T], path: str | Path | None = None, overrides: list[st
 def save_config(config: Any, path: str | Path) -> None:
     """Writes the resolved config as YAML (atomically and durably, so a reader never sees half a file)."""
     write_text_atomic(path, yaml.safe_dump(to_dict(config), sort_keys=False))
-
-
-def split_overrides(args: list[str], heads: set[str]) -> tuple[list[str], list[str]]:
-    """``args`` split into the overrides whose first key is not in ``heads`` and those whose first key is (each with
-    its value, ``--train.max_steps 3`` as two words included), keeping their order."""
-    kept: list[str] = []
-    taken: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        key, sep, _ = arg[2:].partition("=")
-        words = args[i : i + (1 if sep or not arg.startswith("--") else 2)]
-        head = key.replace("-", "_").split(".")[0]
-        (taken if arg.startswith("--") and head in heads else kept).extend(words)
-        i += len(words)
-    return kept, taken
-
-
-def _flag(argv: list[str], *names: str) -> tuple[bool, list[str]]:
-    """Whether any of the flags ``names`` is in ``argv``, and ``argv`` without them."""
-    rest = [arg for arg in argv if arg not in names]
-    return len(rest) != len(argv), rest
 
 
 def config_from_command_line(cls: type[T], argv: list[str] | None, prog: str, description: str, *,
@@ -355,8 +273,8 @@ def config_from_command_line(cls: type[T], argv: list[str] | None, prog: str, de
                         help="third-party progress bars and expected warnings too (quiet by default)")  # fmt: skip
     parser.add_argument("--config", default=default_config, metavar="FILE.yaml",
                         help="YAML config (see configs/); --section.key=value overrides any of its keys")  # fmt: skip
-    printing, argv = _flag(list(argv or []), "--print_config", "--print-config")
-    verbose, argv = _flag(argv, "--verbose")
+    printing, argv = take_flag(list(argv or []), "--print_config", "--print-config")
+    verbose, argv = take_flag(argv, "--verbose")
     if verbose:  # note: before the command's init_logging, and inherited by its child processes
         set_verbose(True)
     args, overrides = parser.parse_known_args(argv)
