@@ -25,7 +25,7 @@ from torch.utils.data import DataLoader
 
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, run_command
-from realm.core.logging import init_logging, progress
+from realm.core.logging import eta, init_logging, progress
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.blocks import BlocksInput, check_blocks_tokenizer
@@ -195,9 +195,9 @@ class Finetuner:
                 bar.update(1)
                 logged = loop.end_step("train", {"time/step_s": (time.perf_counter() - t0) / (loop.step - first)})
                 if logged:
-                    logger.info("QA step %d/%d loss %.4f (retriever %.4f, reader %.4f)", loop.step, cfg.train.max_steps,
-                                logged["train/loss"], logged["train/retriever_loss"],
-                                logged["train/reader_loss"])  # fmt: skip
+                    logger.info("QA step %d/%d loss %.4f (retriever %.4f, reader %.4f) %s", loop.step,
+                                cfg.train.max_steps, logged["train/loss"], logged["train/retriever_loss"],
+                                logged["train/reader_loss"], eta(loop.step, cfg.train.max_steps, (t0, first)))
                 if cfg.finetune.eval_interval and loop.step % cfg.finetune.eval_interval == 0 \
                         and loop.step != cfg.train.max_steps:  # fmt: skip
                     self.evaluate(loop.step)

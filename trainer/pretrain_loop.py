@@ -18,7 +18,7 @@ from typing import NoReturn
 import torch
 from accelerate import Accelerator
 
-from realm.core.logging import progress
+from realm.core.logging import eta, progress
 from realm.core.process_exit import exit_code_after_run
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
@@ -164,7 +164,7 @@ class Trainer:
 
     def run(self) -> dict:
         cfg = self.cfg
-        self._start_wall, self._wall_before = time.perf_counter(), self.totals.wall_s
+        self._start_wall, self._wall_before, self._start_step = time.perf_counter(), self.totals.wall_s, self.step
         if self.accelerator.is_main_process:
             clear_done(self.run_dir)
             clean_staging(retriever_dir(self.run_dir))  # exports a crashed trainer left half-written
@@ -326,11 +326,11 @@ class Trainer:
             extra["train/retriever_lr"] = rate  # its own warm-up and scale (optim.retriever_*)
         plain, _ = self.loop.log_window("train", extra)
         self.candidates.critical_s = 0.0
-        logger.info("step %d/%d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step",
+        logger.info("step %d/%d loss %.4f acc %.3f utility %.3f null %.3f index v%d (stale %d) %.3f s/step %s",
                     self.step, self.cfg.train.max_steps, plain["train/loss"], plain["train/mlm_accuracy"],
-                    plain["train/retrieval_utility"],
-                    plain["train/null_doc_prob"], self.index.step, self.step - self.index.step,
-                    plain["time/step_s"])  # fmt: skip
+                    plain["train/retrieval_utility"], plain["train/null_doc_prob"], self.index.step,
+                    self.step - self.index.step, plain["time/step_s"],
+                    eta(self.step, self.cfg.train.max_steps, (self._start_wall, self._start_step)))  # fmt: skip
 
     def log_retrievals(self, batch, output) -> None:
         """A table of what each sampled query retrieved, p(z|x), p(y|z,x) (W&B and RUN/retrievals.jsonl)."""

@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import run_command
-from realm.core.logging import init_logging
+from realm.core.logging import eta, init_logging
 from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.articles import TrainingBlocksInput, heldout_blocks
 from realm.data.blocks import check_blocks_tokenizer, load_blocks
@@ -160,7 +160,7 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
     batches = iterate(DataLoader(examples, batch_sampler=sampler, collate_fn=collator,
                                  num_workers=cfg.ict.loader_workers))  # fmt: skip
     unwrapped: Retriever = accelerator.unwrap_model(model)
-    t0 = time.perf_counter()
+    t0, first = time.perf_counter(), loop.step
     with Preemption() as preemption:  # note: a SIGTERM or SIGUSR1 ends the job at a step boundary, checkpointed
         while not loop.done:
             batch = next(batches).to(accelerator.device)
@@ -173,8 +173,8 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
             loop.optimizer_step()
             plain = loop.end_step("ict", {"time/elapsed_s": time.perf_counter() - t0})
             if plain:
-                logger.info("ICT step %d/%d loss %.4f in-batch acc %.3f", loop.step, cfg.train.max_steps,
-                            plain["ict/loss"], plain["ict/accuracy"])  # fmt: skip
+                logger.info("ICT step %d/%d loss %.4f in-batch acc %.3f %s", loop.step, cfg.train.max_steps,
+                            plain["ict/loss"], plain["ict/accuracy"], eta(loop.step, cfg.train.max_steps, (t0, first)))
             stop_if_preempted(preemption, loop, "ict")
     loop.close()
     published = loop.publish(out_dir / "retriever", unwrapped.save_pretrained, {"kind": "ict_retriever"})

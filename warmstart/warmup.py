@@ -22,7 +22,7 @@ from torch.utils.data import DataLoader
 
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, run_command
-from realm.core.logging import init_logging, progress
+from realm.core.logging import eta, init_logging, progress
 from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.articles import TrainingBlocksInput, heldout_blocks
 from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
@@ -150,7 +150,7 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
     batches = iterate(DataLoader(KeyedExamples(rows), batch_sampler=sampler, collate_fn=collator))
     bar = progress(cfg.train.last_step, "reader warm-up", unit="step", initial=loop.step,
                    enabled=accelerator.is_main_process)  # fmt: skip
-    t0 = time.perf_counter()
+    t0, first = time.perf_counter(), loop.step
     with Preemption() as preemption:  # note: a SIGTERM or SIGUSR1 ends the job at a step boundary, checkpointed
         while not loop.done:
             batch = next(batches).to(accelerator.device)
@@ -161,8 +161,9 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
             bar.update(1)
             plain = loop.end_step("warmup", {"time/elapsed_s": time.perf_counter() - t0})
             if plain:
-                logger.info("warm-up step %d/%d loss %.4f span accuracy %.3f", loop.step, cfg.train.max_steps,
-                            plain["warmup/loss"], plain["warmup/span_accuracy"])  # fmt: skip
+                logger.info("warm-up step %d/%d loss %.4f span accuracy %.3f %s", loop.step, cfg.train.max_steps,
+                            plain["warmup/loss"], plain["warmup/span_accuracy"],
+                            eta(loop.step, cfg.train.max_steps, (t0, first)))  # fmt: skip
             stop_if_preempted(preemption, loop, "warmup")
     bar.close()
     loop.close()

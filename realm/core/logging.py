@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -184,3 +185,17 @@ def set_num_threads(num_threads: int) -> None:
     if num_threads > 0:
         torch.set_num_threads(num_threads)
         os.environ.setdefault("OMP_NUM_THREADS", str(num_threads))
+
+
+def eta(step: int, total: int, start: tuple[float, int]) -> str:
+    """``"ETA 3m12s"`` for a job at ``step`` of ``total`` steps, at the pace of this invocation: ``start`` is
+    ``(time.perf_counter(), step)`` when it began (a resumed job counts from its resumed step). ``""`` before its first
+    step here or at its last, so a step line reads ``step 100/1600 ... ETA 3m12s``."""
+    started, first = start
+    done = step - first
+    if done <= 0 or step >= total:
+        return ""
+    seconds = round((time.perf_counter() - started) / done * (total - step))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"ETA {hours}h{minutes:02d}m" if hours else f"ETA {minutes}m{secs:02d}s" if minutes else f"ETA {secs}s"

@@ -70,6 +70,7 @@ def _assert_readable_log(log: str, out: str, run) -> None:
     assert banners[2][2] == f"10 steps -> {run / 'ict'}" and banners[4][2] == f"4 steps -> {run / 'qa'}"
     for line in ("warm-up step 5/5 ", "ICT step 10/10 ", "step 6/6 loss", "QA step 4/4 loss"):
         assert line in log, line
+    assert re.search(r"INFO step [1-5]/6 loss .* ETA \d+s", log), "a step line before the last says how long is left"
     for bar in ("Generating train split", "Saving the dataset", "Map:", "Loading weights", "Writing model shards",
                 "\r", "it/s]"):  # fmt: skip
         assert bar not in log, bar

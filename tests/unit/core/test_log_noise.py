@@ -77,3 +77,16 @@ def test_closing_lines_name_the_outputs_the_run_wrote_and_the_next_commands(tmp_
     assert "QA model" not in text  # no qa/model: the run stopped before QA
     for command in (f"realm report {tmp_path}", f'realm inspect {tmp_path} "QUERY"', f"realm export {tmp_path} OUT"):
         assert command in text
+
+
+def test_eta_counts_from_the_step_a_job_began_at_its_pace_in_this_invocation(monkeypatch):
+    import time
+
+    from realm.core.logging import eta
+
+    monkeypatch.setattr(time, "perf_counter", lambda: 1000.0)
+    assert eta(110, 1600, (1000.0 - 20.0, 100)) == "ETA 49m40s"  # 10 steps in 20 s, 1,490 left
+    assert eta(1100, 1600, (1000.0 - 3600.0, 100)) == "ETA 30m00s"
+    assert eta(200, 100000, (1000.0 - 100.0, 100)) == "ETA 27h43m"  # 99,800 s
+    assert eta(99, 100, (1000.0 - 5.0, 98)) == "ETA 5s"
+    assert eta(100, 1600, (990.0, 100)) == "" and eta(1600, 1600, (0.0, 0)) == ""  # none before a step here, or at the end
