@@ -53,16 +53,23 @@ def test_ict_examples_hold_no_block_of_a_held_out_article(corpus):
     assert len(rows) == len(kept)
 
 
-@pytest.mark.parametrize("job", ["warmup", "ict"])
-def test_both_jobs_read_the_list_and_refuse_one_that_names_no_article(job, tiny_world, tmp_path):
+def _job(job, tiny_world, tmp_path, key: str, listed: str):
+    """(config, train function) of a 2-step warm-up or ICT on the tiny world whose ``data.KEY`` file lists
+    ``listed``."""
     cls, path, train = {"warmup": (WarmupConfig, "configs/warmup/demo.yaml", train_warmup),
                         "ict": (ICTConfig, "configs/ict/demo.yaml", train_ict)}[job]  # fmt: skip
-    (tmp_path / "held.txt").write_text("Atlantis\n")
+    (tmp_path / "held.txt").write_text(f"{listed}\n")
     cfg = load_config(cls, path, {
         "train": {"run_dir": str(tmp_path / job), "max_steps": 2, "batch_size": 4},
         "data": {"tokenizer": str(tiny_world["tokenizer"]), "blocks": str(tiny_world["blocks"]),
-                 "heldout_articles": str(tmp_path / "held.txt")},
+                 key: str(tmp_path / "held.txt")},
     })  # fmt: skip
+    return cfg, train
+
+
+@pytest.mark.parametrize("job", ["warmup", "ict"])
+def test_both_jobs_read_the_list_and_refuse_one_that_names_no_article(job, tiny_world, tmp_path):
+    cfg, train = _job(job, tiny_world, tmp_path, "heldout_articles", "Atlantis")
     with pytest.raises(ConfigError, match="names no article of the corpus"):
         train(cfg)
 
@@ -137,14 +144,7 @@ def test_both_jobs_pass_their_configs_sentence_list_on(job, tiny_world, tmp_path
 
     module, name = {"warmup": (warmup_module, "prepare_block_sentences"), "ict": (ict_module, "ict_examples")}[job]
     monkeypatch.setattr(module, name, seen)
-    cls, path, train = {"warmup": (WarmupConfig, "configs/warmup/demo.yaml", train_warmup),
-                        "ict": (ICTConfig, "configs/ict/demo.yaml", train_ict)}[job]  # fmt: skip
-    (tmp_path / "held.txt").write_text("A sentence held out.\n")
-    cfg = load_config(cls, path, {
-        "train": {"run_dir": str(tmp_path / job), "max_steps": 2, "batch_size": 4},
-        "data": {"tokenizer": str(tiny_world["tokenizer"]), "blocks": str(tiny_world["blocks"]),
-                 "heldout_sentences": str(tmp_path / "held.txt")},
-    })  # fmt: skip
+    cfg, train = _job(job, tiny_world, tmp_path, "heldout_sentences", "A sentence held out.")
     with pytest.raises(_Seen) as passed:
         train(cfg)
     assert passed.value.args[0] == {"A sentence held out."}
