@@ -1,5 +1,7 @@
 """One uninterrupted tiny pre-training run that the resume and kill tests compare against."""
 
+import time
+
 import pytest
 
 from realm.core.logging import read_metrics
@@ -11,6 +13,16 @@ TINY = "configs/pretrain/tiny.yaml"
 def per_step(run, key):
     """``{step: value}`` of ``key`` in the run's ``metrics.jsonl`` (what the resume tests compare step by step)."""
     return {r["step"]: r[key] for r in read_metrics(run / "metrics.jsonl") if key in r}
+
+
+def wait_for_step(run, step: int, proc, timeout: float = 120) -> None:
+    """Returns once the run has logged ``train/loss`` at ``step`` or later; fails the test if ``proc`` (the process
+    that must stay up meanwhile) ends first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while max(per_step(run, "train/loss") or [0]) < step:
+        assert proc.poll() is None, f"{proc.args[:3]} ended before step {step}"
+        assert time.monotonic() < deadline, f"no step {step} within {timeout:.0f} s"
+        time.sleep(0.02)
 
 
 @pytest.fixture(scope="session")

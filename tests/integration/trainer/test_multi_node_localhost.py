@@ -7,7 +7,6 @@ before the kill and after the resume are those of the one-process run, losses an
 The environment is what ``launch/slurm/pretrain.sbatch`` gives each node (NUM_MACHINES, MACHINE_RANK,
 MAIN_PROCESS_IP, MAIN_PROCESS_PORT); the run directory is shared, as on a cluster's file system."""
 
-import os
 import signal
 import subprocess
 import sys
@@ -19,7 +18,7 @@ import pytest
 
 from realm.core.logging import read_metrics
 from tests.helpers import ROOT, _free_port, subprocess_env
-from tests.integration.trainer.conftest import per_step
+from tests.integration.trainer.conftest import per_step, wait_for_step
 
 pytestmark = [pytest.mark.slow, pytest.mark.distributed]
 
@@ -77,10 +76,7 @@ def test_two_machines_on_localhost_train_and_resume_like_one_process(straight, t
     killed = tmp_path / "killed"
     (tmp_path / "killed_logs").mkdir()
     machines = _both([*args, f"--train.run_dir={killed}"], tmp_path / "killed_logs")
-    deadline = time.monotonic() + 180
-    while max(per_step(killed, "train/loss") or [0]) < 3:
-        assert machines[1].poll() is None and time.monotonic() < deadline, "machine 1 ended before step 3"
-        time.sleep(0.05)
+    wait_for_step(killed, 3, machines[1], timeout=180)
     _kill_tree(machines[1].pid)  # a node lost: its launcher, torchrun's agent and the worker (in a session of its own)
     lost = time.monotonic()
     codes = _wait(machines, timeout=120)  # note: machine 0 must notice its peer is gone, not wait forever

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 from pathlib import Path
 
@@ -23,7 +22,7 @@ from realm.training.scaffold import TrainingLoop
 from realm.warmstart.ict_train import ICTConfig, train_ict
 from realm.warmstart.warmup import WarmupConfig, train_warmup
 from tests.helpers import ROOT, builder_pids, run_module, subprocess_env, tiny_qa_config
-from tests.integration.trainer.conftest import per_step
+from tests.integration.trainer.conftest import per_step, wait_for_step
 from tests.integration.training.test_exact_resume import SMALL_BERT, STEPS, _weights
 
 SIGNAL_AFTER_STEP = 2
@@ -40,11 +39,7 @@ def test_sigterm_checkpoints_the_step_it_stops_at_and_the_resumed_run_is_exact(s
         cwd=ROOT, env=subprocess_env(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while max(per_step(run, "train/loss") or [0]) < SIGNAL_AFTER_STEP:
-            assert trainer.poll() is None, f"the trainer ended before step {SIGNAL_AFTER_STEP}"
-            assert time.monotonic() < deadline, f"no step {SIGNAL_AFTER_STEP} within 120 s"
-            time.sleep(0.02)
+        wait_for_step(run, SIGNAL_AFTER_STEP, trainer)
         trainer.send_signal(signal.SIGTERM)
         _, stderr = trainer.communicate(timeout=60)
     finally:
