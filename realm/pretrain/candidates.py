@@ -145,14 +145,13 @@ def retrieve(
     ``cfg.explore_slots``, that many slots are sampled from the best ``cfg.explore_pool`` (``realm.pretrain.exploration``).
     """
     queries, depth = search_request(query_embeddings, cfg, explore)
-    exploring = explore and cfg.explore_slots > 0
     scores, ids = index.search(queries, depth)
     sources, keys = exclusion_keys(batch.source_uid_hashes, store, cfg.exclude_source)
-    if exploring:
-        keep = kept_by_source_filter(ids.cpu().numpy(), sources, keys)
+    if explore and cfg.explore_slots > 0:
+        found = ids.cpu().numpy()
         chosen = explore_candidates(
-            ids.cpu().numpy(), cfg.score_scale * np.asarray(scores.cpu()), keep, cfg.num_retrieved, cfg.explore_slots,
-            cfg.explore_temperature, batch_generator(batch.example_ids),
+            found, cfg.score_scale * np.asarray(scores.cpu()), kept_by_source_filter(found, sources, keys),
+            cfg.num_retrieved, cfg.explore_slots, cfg.explore_temperature, batch_generator(batch.example_ids),
         )  # fmt: skip
     else:
         chosen = select_candidates(ids, sources, keys, cfg.num_retrieved)
