@@ -60,5 +60,8 @@ def run_command(prog: str, entry: Callable[[list[str]], int | None], argv: Seque
         return int(entry(list(argv)) or 0)
     except (UserError, FileNotFoundError) as err:
         # note: a FileNotFoundError raised by the OS or a library (open, load_from_disk) is a missing input too
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        # note: one write with its newline, not print (which writes the text and the newline apart): ranks share
+        # one unbuffered stderr under accelerate, and two ranks' lines ran together between the two writes
+        sys.stderr.write(f"{prog}: error: {err}\n")
+        sys.stderr.flush()
         return USER_ERROR_EXIT_CODE

@@ -38,6 +38,27 @@ def test_every_user_error_is_reported_in_one_line_with_exit_2(cls, capsys):
     assert err == "realm thing: error: data/x.jsonl:3: bad record (arg)\n"
 
 
+def test_the_error_line_is_one_write_so_ranks_sharing_stderr_do_not_run_together(monkeypatch):
+    # under accelerate the ranks share one unbuffered stderr: a line written in two pieces (text, then newline)
+    # let another rank's line land between them, which once failed CI
+    writes = []
+
+    class Recorder:
+        def write(self, text):
+            writes.append(text)
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr("sys.stderr", Recorder())
+
+    def entry(argv):
+        raise RunError("no checkpoint passes verification")
+
+    assert run_command("realm train", entry, []) == 2
+    assert writes == ["realm train: error: no checkpoint passes verification\n"]
+
+
 def test_a_bug_keeps_its_traceback():
     def entry(argv):
         raise KeyError("not a user error")
