@@ -42,7 +42,9 @@ def _both(args: list[str], logs: Path) -> list[subprocess.Popen]:
 def _kill_tree(pid: int) -> None:
     """SIGKILL ``pid`` and every process below it, whatever their process group or session."""
     root = psutil.Process(pid)
-    for proc in [*root.children(recursive=True), root]:
+    # note: the launcher first (the tree is listed before any kill): killed after its children, the launcher could
+    # see its worker die and exit 137 itself before its own SIGKILL landed (seen on loaded cores)
+    for proc in [root, *root.children(recursive=True)]:
         try:
             proc.kill()
         except psutil.NoSuchProcess:
