@@ -17,3 +17,18 @@ def tiny_lm(tmp_path_factory):
     from tests.helpers import make_tiny_lm
 
     return make_tiny_lm(tmp_path_factory.mktemp("tiny_lm"))
+
+
+def pytest_addoption(parser):
+    parser.addoption("--run-scale", action="store_true", help="run the opt-in `scale` tests (minutes each)")
+
+
+def pytest_collection_modifyitems(config, items):
+    """``scale`` tests (the 100k-passage rehearsal: minutes, GBs) are opt-in: skipped unless ``--run-scale`` or a
+    ``-m`` expression that names ``scale`` is given, so ``python -m pytest -q`` and any other ``-m`` leave them out."""
+    if config.getoption("--run-scale") or "scale" in (config.getoption("markexpr") or ""):
+        return
+    skip = pytest.mark.skip(reason="opt-in: pass --run-scale or -m scale")
+    for item in items:
+        if item.get_closest_marker("scale") is not None:
+            item.add_marker(skip)

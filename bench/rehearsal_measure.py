@@ -1,0 +1,97 @@
+"""Wall seconds and peak memory of one command run as its own process tree (``bench/rehearsal.py``'s stages).
+
+Peak RSS is the largest sum of the resident sets of the command and every descendant seen at once (psutil, polled
+every ``POLL_S``): a stage that forks tagging workers or spawns the index builder is charged for all of them
+together, as the machine must hold them together. Polling can miss a spike shorter than ``POLL_S``, so the largest
+single-process peak the kernel recorded (``ru_maxrss`` of the waited-for children) is kept too, and the figure
+reported is the larger of the two.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import psutil
+
+POLL_S = 0.2
+"""Seconds between looks at the process tree's resident memory."""
+LOG_TAIL_LINES = 25
+
+
+class StageFailed(RuntimeError):
+    """A stage's command exited non-zero; the message quotes the end of its log."""
+
+
+@dataclass(kw_only=True, slots=True)
+class Measured:
+    """What one command cost."""
+
+    wall_s: float
+    """Seconds from start to exit."""
+    peak_rss_bytes: int
+    """Largest resident memory of the process tree at once (or of its largest process, if that was larger)."""
+    peak_tree_rss_bytes: int
+    """Largest polled sum over the tree."""
+    max_process_rss_bytes: int
+    """Largest peak of any one process of the tree (the kernel's ``ru_maxrss``)."""
+    max_processes: int
+    """Most processes of the tree alive at one poll."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _tree_rss(proc: psutil.Process) -> tuple[int, int]:
+    """(summed RSS, number of processes) of ``proc`` and its descendants; vanished processes count nothing."""
+    total, count = 0, 0
+    try:
+        members = [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return 0, 0
+    for member in members:
+        try:
+            total += member.memory_info().rss
+            count += 1
+        except psutil.Error:
+            continue
+    return total, count
+
+
+def measure(argv: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> Measured:
+    """Runs ``argv`` with its output going to ``log`` and returns its wall time and peak memory; a non-zero exit
+    raises ``StageFailed`` with the end of the log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    peak_tree, max_processes = 0, 0
+    start = time.perf_counter()
+    with log.open("w", encoding="utf-8") as out:
+        child = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+        watched = psutil.Process(child.pid)
+        while child.poll() is None:
+            rss, count = _tree_rss(watched)
+            peak_tree, max_processes = max(peak_tree, rss), max(max_processes, count)
+            time.sleep(POLL_S)
+    wall = time.perf_counter() - start
+    # note: ru_maxrss of RUSAGE_CHILDREN is the max over every child this process ever waited for (KB on Linux), so
+    # it only speaks for this stage when it rose during it; earlier, larger stages would otherwise mask it
+    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    max_process = after * 1024 if after > before else 0
+    if child.returncode != 0:
+        tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:])
+        raise StageFailed(f"{' '.join(argv)} failed (exit code {child.returncode}); end of {log}:\n{tail}")
+    return Measured(wall_s=round(wall, 2), peak_rss_bytes=max(peak_tree, max_process), peak_tree_rss_bytes=peak_tree,
+                    max_process_rss_bytes=max_process, max_processes=max_processes)  # fmt: skip
+
+
+def offline_env(threads: int) -> dict[str, str]:
+    """This process's environment with no hub or W&B network and ``threads`` OpenMP/MKL threads per process."""
+    return os.environ | {
+        "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "disabled",
+        "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads),
+    }  # fmt: skip
