@@ -101,7 +101,7 @@ class Trainer:
                                          cfg.retriever.max_reader_length)  # fmt: skip
         self.model, self.optimizer, self.scheduler = self.loop.model, self.loop.optimizer, self.loop.scheduler
         self.loss_fn = get_loss(cfg.train.loss)
-        self.schedule = cfg.refresh.schedule()
+        self.schedule = cfg.refresh.schedule(initial_only=cfg.retriever.frozen)  # a frozen retriever: one index
         self.loop.appended_logs.append(RETRIEVALS_FILE)
         state = self.loop.resume()
         self.resumed_index_step: int | None = state.get(INDEX_STEP)

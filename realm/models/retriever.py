@@ -79,6 +79,13 @@ class RetrieverConfig:
     """A hubness correction: the search subtracts the mean query embedding of the batch from each query, so blocks
     that score high for every query (hubs) lose that lead. Only which blocks become candidates changes; their
     scores in p(z|x) are the model's own."""
+    frozen: bool = False
+    """Pre-training only: the embedders (both towers and their projections) keep their starting weights (e.g. ICT's,
+    ``train.init_retriever``): they get no gradient and are left out of the optimizer, so neither Adam nor weight
+    decay moves them, while the encoder trains on the same marginal loss (p(z|x) still weights the slots). The index
+    built from the initial export then stays exact, so nothing is exported after it and the index is never refreshed
+    (``RefreshConfig.schedule``). The control that separates learning to retrieve from learning to read what the start
+    retrieves. ICT and QA fine-tuning (which always trains the query tower) ignore it."""
 
     def __post_init__(self) -> None:
         if self.embed_dim <= 0:

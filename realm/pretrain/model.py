@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,6 +21,8 @@ from realm.models.retriever import (
 from realm.pretrain.batch import RealmBatch
 from realm.pretrain.config import PretrainConfig
 from realm.run.publication import verify_published
+
+logger = logging.getLogger(__name__)
 
 # note: a finite stand-in for -inf keeps log_softmax/logsumexp gradients NaN-free for empty slots.
 _EMPTY_SLOT_LOGIT = -1e4
@@ -101,7 +104,8 @@ class RealmModel(nn.Module):
 
 
 def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
-    """Fresh model from the config shape, with optional weights-only warm starts (ICT retriever, BERT encoder)."""
+    """Fresh model from the config shape, with optional weights-only warm starts (ICT retriever, BERT encoder); with
+    ``retriever.frozen`` the embedders require no gradient."""
     bert_config = cfg.model.bert_config(vocab_size)
     if cfg.model.init_from:
         retriever = Retriever.from_bert(cfg.model.init_from, cfg.retriever)
@@ -118,6 +122,11 @@ def build_model(cfg: PretrainConfig, vocab_size: int) -> RealmModel:
     if cfg.train.init_encoder:
         verify_published(cfg.train.init_encoder)  # note: so does realm warmup's
         encoder = KnowledgeAugmentedEncoder.from_pretrained(cfg.train.init_encoder)
+    if cfg.retriever.frozen:
+        # note: before the optimizer is built, which takes only parameters that require a gradient
+        retriever.requires_grad_(False)
+        logger.info("retriever frozen (retriever.frozen): the embedders keep their starting weights and the index "
+                    "built from them is never refreshed")  # fmt: skip
     return RealmModel(retriever, encoder)
 
 

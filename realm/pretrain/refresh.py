@@ -79,7 +79,11 @@ class RefreshConfig:
                 f"so that no export is skipped), got {self.swap_lag}"
             )
 
-    def schedule(self) -> "RefreshSchedule":
+    def schedule(self, initial_only: bool = False) -> "RefreshSchedule":
+        """When the trainer exports; ``initial_only`` (a frozen retriever, ``RetrieverConfig.frozen``): never after the
+        initial export, whose index stays exact for the whole run, so no refresh is ever due or waited for."""
+        if initial_only:
+            return RefreshSchedule(())
         return RefreshSchedule.parse(self.refresh_schedule or f"0-:{self.refresh_interval}")
 
 
@@ -94,7 +98,8 @@ _PIECE = re.compile(r"^\s*(\d+)\s*-\s*(\d*)\s*:\s*(\d+)\s*$")
 
 @dataclass(frozen=True, slots=True)
 class RefreshSchedule:
-    """Piecewise-constant export interval: ``[(start, end or None, interval), ...]`` sorted by start."""
+    """Piecewise-constant export interval: ``[(start, end or None, interval), ...]`` sorted by start; no pieces:
+    only the initial export."""
 
     pieces: tuple[tuple[int, int | None, int], ...]
 
@@ -117,6 +122,8 @@ class RefreshSchedule:
 
     def last_export(self, step: int) -> int:
         """The newest export at or before ``step``: on schedule, or the initial one at step 0."""
+        if not self.pieces:  # note: no export after the initial one (and no scan back over every step)
+            return 0
         return next((s for s in range(step, 0, -1) if self.is_due(s)), 0)
 
     def is_due(self, step: int) -> bool:

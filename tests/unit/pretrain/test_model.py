@@ -278,3 +278,43 @@ def test_a_warm_started_retriever_must_match_the_runs_retriever_section(tmp_path
         cfg = load_config(PretrainConfig, None, {"train": init, "model": shape, "retriever": {**section, **wrong}})
         with pytest.raises(ValueError, match=f"does not match the retriever section: {next(iter(wrong))}="):
             build_model(cfg, VOCAB)
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_a_frozen_retriever_is_out_of_the_optimizer_and_keeps_its_weights(shared):
+    """``retriever.frozen``: REALM's marginal loss still trains the encoder through p(z|x), but no optimizer step
+    (weight decay included) moves either tower."""
+    from realm.core.config import load_config
+    from realm.pretrain.config import PretrainConfig
+    from realm.pretrain.model import build_model
+    from realm.training.optim import OptimConfig, build_optimizer, retriever_lr
+
+    torch.manual_seed(0)
+    shape = {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64, "dropout": 0.0}
+    section = {"embed_dim": 16, "share_embedders": shared, "max_query_length": 16, "max_block_length": 16,
+               "num_candidates": 4, "num_extra_retrieved": 1, "frozen": True}  # fmt: skip
+    cfg = load_config(PretrainConfig, None, {"model": shape, "retriever": section})
+    model = build_model(cfg, VOCAB)
+    optimizer, _ = build_optimizer(model, OptimConfig(lr=1e-2, weight_decay=0.5, warmup_steps=0), 10)
+    in_optimizer = {id(p) for group in optimizer.param_groups for p in group["params"]}
+    towers = [model.retriever.query_embedder, model.retriever.doc_embedder]
+    assert not in_optimizer & {id(p) for tower in towers for p in tower.parameters()}
+    assert in_optimizer == {id(p) for p in model.encoder.parameters()} and retriever_lr(optimizer) is None
+    start = {name: p.detach().clone() for name, p in model.retriever.named_parameters()}
+    encoder_start = [p.detach().clone() for p in model.encoder.parameters()]
+
+    store, uids = _store()
+    batch = _batch([uids[0], uids[1], ""])
+    from realm.pretrain.heldout_eval import embed_corpus
+
+    index = BruteForceIndex(embed_corpus(model.retriever.doc_embedder, store.blocks, SPECIAL, 16))
+    batch = retrieve(model.embed_queries(batch), batch, index, store, SPECIAL, cfg.retriever)
+    out = model(batch)
+    assert torch.isfinite(out.retrieval_logits).all() and out.retrieval_logits[:, 1:].std() > 0  # slots weighted
+    loss = marginal_mlm_loss(out.retrieval_logits, out.token_log_probs, batch.target_mask)
+    loss.backward()
+    optimizer.step()
+    assert torch.isfinite(loss) and not out.retrieval_logits.requires_grad
+    assert all(p.grad is None for p in model.retriever.parameters())
+    assert all(torch.equal(p, start[name]) for name, p in model.retriever.named_parameters())
+    assert any(not torch.equal(p, p0) for p, p0 in zip(model.encoder.parameters(), encoder_start))

@@ -28,6 +28,12 @@ def test_refresh_config_builds_its_schedule():
     assert RefreshConfig(refresh_schedule="0-:3").schedule().is_due(3)
 
 
+def test_a_frozen_retrievers_schedule_has_only_the_initial_export():
+    schedule = RefreshConfig(refresh_interval=2, refresh_schedule="0-10:1,10-:5").schedule(initial_only=True)
+    assert not any(schedule.is_due(s) for s in range(0, 1000))
+    assert schedule.last_export(10**12) == 0  # at once: no scan back over every step
+
+
 def test_last_export_is_the_newest_export_at_or_before_a_step():
     schedule = RefreshSchedule.parse("0-1000:100,1000-:1000")
     brute = lambda step: max([0] + [s for s in range(1, step + 1) if schedule.is_due(s)])  # noqa: E731
