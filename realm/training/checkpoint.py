@@ -176,7 +176,13 @@ def resolve_resume(run_dir: str | Path, resume: str, set_aside_rejected: bool = 
 
 def load_checkpoint(accelerator, path: Path, scheduler) -> dict[str, Any]:
     """Restores model/optimizer/scheduler/RNG states and returns the saved trainer state (with ``step``)."""
-    accelerator.load_state(str(path))
+    try:
+        accelerator.load_state(str(path))
+    except ValueError as err:  # note: torch's optimizer load_state_dict: the parameter groups differ
+        if "parameter group" not in str(err):
+            raise
+        raise RunError(f"{path}: its optimizer state does not fit this run's optimizer ({err}); resume with the config "
+                       "it was saved with (retriever.frozen, for one, changes the parameter groups)") from None
     scheduler.load_state_dict(json.loads((path / SCHEDULER_STATE).read_text()))
     state = json.loads((path / TRAINER_STATE).read_text())
     logger.info("resumed from %s at step %d", path, state["step"])
