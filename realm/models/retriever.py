@@ -85,7 +85,10 @@ class RetrieverConfig:
     decay moves them, while the encoder trains on the same marginal loss (p(z|x) still weights the slots). The index
     built from the initial export then stays exact, so nothing is exported after it and the index is never refreshed
     (``RefreshConfig.schedule``). The control that separates learning to retrieve from learning to read what the start
-    retrieves. ICT and QA fine-tuning (which always trains the query tower) ignore it."""
+    retrieves. ``optim.retriever_*`` then have nothing to act on (no ``train/retriever_lr``); ``index/staleness``
+    still counts steps since that export, though the index is exact. With ``train.loss=closed_book`` it changes only
+    the exports (the loss gives the embedders no gradient anyway). A run resumes only with the setting it was saved
+    with. ICT and QA fine-tuning (which always trains the query tower) ignore it."""
 
     def __post_init__(self) -> None:
         if self.embed_dim <= 0:
