@@ -4,7 +4,8 @@
 
 corpus -> vocabulary -> blocks -> cloze sets -> reader warm-up -> ICT -> REALM pre-training (index builder as a child
 process) -> held-out span accuracy -> QA fine-tuning -> exact match. The stages are ``realm.pipeline.real_text``; this
-command only reads the config, runs them and prints the table.
+command only reads the config (the pre-training sections, ``--train.*``, ``--optim.*``, ``--tracking.*``, ..., go to
+its ``pretrain_overrides``), runs them and prints the table.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
 from realm.pipeline.real_text import RealTextConfig, run_real_text
+from realm.pretrain.config import PretrainConfig
 
 DEFAULT_CONFIG = "configs/real_text/default.yaml"
 
@@ -38,7 +40,8 @@ def format_table(summary: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     cfg = config_from_command_line(RealTextConfig, list(sys.argv[1:] if argv is None else argv), "realm real-text",
-                                   __doc__.splitlines()[0], default_config=DEFAULT_CONFIG)  # fmt: skip
+                                   __doc__.splitlines()[0], default_config=DEFAULT_CONFIG,
+                                   passthrough=("pretrain_overrides", PretrainConfig))  # fmt: skip
     init_logging()
     print(format_table(run_real_text(cfg)))
     print(f"\n{closing_lines(cfg.out)}")

@@ -11,23 +11,21 @@ training entities, evaluated on questions about held-out ones. Writes ``OUT/summ
 from __future__ import annotations
 
 import dataclasses
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from realm.core.atomic import write_text_atomic
 from realm.core.config import load_config, to_dict
 from realm.core.precision import check_precision
-from realm.core.tracking import TrackingConfig, log_summary_run
+from realm.core.tracking import TrackingConfig
 from realm.finetune.train import FinetuneConfig
 from realm.models.bert import ModelConfig
-from realm.pipeline.stages import StageBanners, announce_stage, finetune_and_evaluate, pretrain_and_evaluate
+from realm.pipeline.stages import (StageBanners, announce_stage, finetune_and_evaluate, pipeline_tracking,
+                                   pretrain_and_evaluate, write_summary)
 from realm.pipeline.synthetic import make_world_data
 from realm.pipeline.warm_start import WarmStart, WarmStartConfig, encoder_shape, warm_start
 from realm.pretrain.config import PretrainConfig
-from realm.run.layout import SUMMARY_FILE
 
 DEFINITIONS = {
     "heldout_accuracy_*": "share of held-out sentences whose masked fact span is predicted exactly "
@@ -115,19 +113,13 @@ def pretrain_config(cfg: DemoConfig, paths: dict[str, Path]) -> PretrainConfig:
     )
 
 
-def stage_tracking(tracking: TrackingConfig, out: str) -> dict:
-    """The ``tracking`` section of every stage: the demo's ``--tracking.*``, one run name (the run directory's) so
-    that W&B groups the stages together."""
-    return {**to_dict(tracking), "run_name": tracking.run_name or Path(out).resolve().name}
-
-
 def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig,
                     tracking: TrackingConfig | None = None) -> WarmStart:
     """The reader warm-up and ICT on the demo's data (less the held-out entities' articles unless
     ``cfg.warm_start_reads_heldout``), in the shape of the pre-training encoder ``model``."""
     names = ("tokenizer", "blocks") + (() if cfg.warm_start_reads_heldout else ("heldout_articles",))
     data = {name: str(paths[name]) for name in names}
-    sections = {**cfg.warm_start.stage_overrides, "tracking": stage_tracking(tracking or TrackingConfig(), cfg.out)}
+    sections = {**cfg.warm_start.stage_overrides, "tracking": to_dict(pipeline_tracking(tracking, cfg.out))}
     warm = dataclasses.replace(cfg.warm_start, precision=cfg.precision, stage_overrides=sections)
     return warm_start(warm, Path(cfg.out), cfg.seed, data, encoder_shape(model))
 
@@ -142,7 +134,7 @@ def finetune_config(cfg: DemoConfig, paths: dict[str, Path], tracking: TrackingC
         "task": {"train": str(paths["questions_train"]), "dev": str(paths["questions_heldout"]),
                  "max_dev_questions": cfg.max_dev_questions},
         "init": {"run": str(run)},
-        "tracking": stage_tracking(tracking or TrackingConfig(), cfg.out),
+        "tracking": to_dict(pipeline_tracking(tracking, cfg.out)),
     }  # fmt: skip
     return load_config(FinetuneConfig, cfg.finetune_config, overrides)
 
@@ -165,7 +157,7 @@ def _run_stages(cfg: DemoConfig) -> dict[str, Any]:
     paths = make_data(cfg)
     stages["data_s"] = time.perf_counter() - t
     pretrain = pretrain_config(cfg, paths)
-    pretrain.tracking.run_name = stage_tracking(pretrain.tracking, cfg.out)["run_name"]
+    pretrain.tracking = pipeline_tracking(pretrain.tracking, cfg.out)
     stages |= warm_start_demo(cfg, paths, pretrain.model, pretrain.tracking).seconds
 
     pretrained = pretrain_and_evaluate(pretrain)
@@ -196,6 +188,5 @@ def _run_stages(cfg: DemoConfig) -> dict[str, Any]:
         "stage_seconds": stages,
         "definitions": DEFINITIONS,
     }
-    write_text_atomic(run / SUMMARY_FILE, json.dumps(summary, indent=2))
-    log_summary_run(pretrain.tracking, run, summary)
+    write_summary(run, summary, pretrain.tracking)
     return summary

@@ -12,17 +12,16 @@ Writes ``OUT/summary.json``. ``realm real-text`` and ``bench/real_open_qa.py`` c
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from realm.core.atomic import write_text_atomic
-from realm.core.config import load_config
+from realm.core.config import load_config, to_dict
 from realm.core.errors import ConfigError
 from realm.core.precision import check_precision
+from realm.core.tracking import TrackingConfig
 from realm.data.blocks import build_blocks_from_config, load_blocks
 from realm.data.articles import article_keys
 from realm.data.cloze_sets import ClozeSets, choose_heldout_articles, write_cloze_sets
@@ -32,10 +31,10 @@ from realm.data.vocab import train_wordpiece
 from realm.finetune.train import FinetuneConfig
 from realm.models.pretrained import model_tokenizer
 from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS
-from realm.pipeline.stages import StageBanners, announce_stage, finetune_and_evaluate, pretrain_and_evaluate
+from realm.pipeline.stages import (StageBanners, announce_stage, finetune_and_evaluate, pipeline_tracking,
+                                   pretrain_and_evaluate, write_summary)
 from realm.pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
 from realm.pretrain.config import PretrainConfig
-from realm.run.layout import SUMMARY_FILE
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +86,9 @@ class RealTextConfig:
     qa_steps: int | None = None
     """None: the config's; 0 skips QA."""
     pretrain_overrides: dict[str, Any] = field(default_factory=dict)
-    """Config sections put over the pre-training YAML (e.g. ``{"model": {"num_layers": 4}}``)."""
+    """Config sections put over the pre-training YAML (e.g. ``{"model": {"num_layers": 4}}``); ``realm real-text``
+    puts every ``--train.*``, ``--optim.*``, ``--tracking.*``, ... of its command line here. Its ``tracking`` section
+    reaches every stage (warm starts, pre-training, QA), whose W&B runs form one group with the pipeline's summary."""
     precision: str = "auto"
     """``train.precision`` of every stage (``realm.core.precision``): warm-up, ICT, pre-training and its child
     builder, evaluation, QA."""
@@ -159,7 +160,8 @@ def _run_stages(cfg: RealTextConfig) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
     # note: blocks are cut for the pre-training retriever, the one that embeds them for the index
-    shape = load_config(PretrainConfig, cfg.pretrain_config, dict(cfg.pretrain_overrides)).retriever
+    base = load_config(PretrainConfig, cfg.pretrain_config, dict(cfg.pretrain_overrides))
+    shape, tracking = base.retriever, pipeline_tracking(base.tracking, out)
     t = time.perf_counter()
     vocabulary = f"the vocabulary of {cfg.init_from}" if cfg.init_from else "a WordPiece vocabulary"
     announce_stage("data", f"{vocabulary}, blocks, cloze sets from {cfg.corpus.path}", out)
@@ -167,23 +169,25 @@ def _run_stages(cfg: RealTextConfig) -> dict[str, Any]:
     seconds["data_s"] = time.perf_counter() - t
     summary: dict[str, Any] = {**counts, "stage_seconds": seconds}
     if cfg.stop_after == "data":
-        return _finish(out, summary, t_start)
+        return _finish(out, summary, t_start, tracking)
 
     pretrain = pretrain_config(cfg, data, sets, warmed=cfg.warm_start.warmup_steps != 0)
+    pretrain.tracking = tracking
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
-    sections = {**cfg.warm_start.stage_overrides, "retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging)}
+    sections = {**cfg.warm_start.stage_overrides, "retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging),
+                "tracking": to_dict(tracking)}  # fmt: skip
     warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections, precision=cfg.precision)
     warm_data = {**data, "heldout_articles": str(sets.heldout_articles)}
     seconds |= warm_start(warm, out, cfg.seed, warm_data, encoder_shape(pretrain.model)).seconds
     if cfg.stop_after == "warm_start":
-        return _finish(out, summary, t_start)
+        return _finish(out, summary, t_start, tracking)
 
     pretrained = pretrain_and_evaluate(pretrain)
     seconds |= pretrained.seconds
     qa = None
     if cfg.qa_steps != 0 and cfg.stop_after == "qa":
         t = time.perf_counter()
-        qa = finetune_and_evaluate(finetune_config(cfg))
+        qa = finetune_and_evaluate(finetune_config(cfg, tracking=tracking))
         seconds["qa_s"] = time.perf_counter() - t
     elif cfg.stop_after == "qa":
         announce_stage("QA fine-tuning", None)
@@ -202,23 +206,25 @@ def _run_stages(cfg: RealTextConfig) -> dict[str, Any]:
         "pretrain_steps": pretrained.train["step"],
         **(qa or {}),
     }
-    return _finish(out, summary, t_start)
+    return _finish(out, summary, t_start, tracking)
 
 
-def _finish(out: Path, summary: dict[str, Any], t_start: float) -> dict[str, Any]:
+def _finish(out: Path, summary: dict[str, Any], t_start: float, tracking: TrackingConfig) -> dict[str, Any]:
     summary["wall_seconds"] = time.perf_counter() - t_start
-    write_text_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))
+    write_summary(out, summary, tracking)
     return summary
 
 
-def finetune_config(cfg: RealTextConfig, run_dir: Path | None = None, start: dict[str, Any] | None = None
-                    ) -> FinetuneConfig:  # fmt: skip
+def finetune_config(cfg: RealTextConfig, run_dir: Path | None = None, start: dict[str, Any] | None = None,
+                    tracking: TrackingConfig | None = None) -> FinetuneConfig:  # fmt: skip
     """QA fine-tuning on ``cfg``'s questions, written to ``run_dir`` (default ``OUT/qa``), starting as ``start``
-    says (config sections such as ``init`` and ``data``; default the pre-trained run in ``OUT``, its index frozen)."""
+    says (config sections such as ``init`` and ``data``; default the pre-trained run in ``OUT``, its index frozen),
+    reporting to ``tracking`` (default the fine-tuning config's own)."""
     out = Path(cfg.out)
     train = {"run_dir": str(run_dir or out / "qa"), "seed": cfg.seed, "precision": cfg.precision,
              **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})}  # fmt: skip
     task = {"name": cfg.qa.train_task, "train": cfg.qa.train, "dev_name": cfg.qa.dev_task, "dev": cfg.qa.dev,
             "max_dev_questions": cfg.qa.max_dev_questions}  # fmt: skip
+    sections = {"train": train, "task": task, **(start or {"init": {"run": str(out)}})}
     return load_config(FinetuneConfig, cfg.finetune_config,
-                       {"train": train, "task": task, **(start or {"init": {"run": str(out)}})})  # fmt: skip
+                       sections | ({"tracking": to_dict(tracking)} if tracking else {}))  # fmt: skip

@@ -3,18 +3,23 @@ fine-tuning evaluated before and after."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import time
 from contextvars import ContextVar, Token
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from realm.core.atomic import write_text_atomic
 from realm.core.logging import MetricsLogger
+from realm.core.tracking import TrackingConfig, log_summary_run, resolve_run_name
 from realm.finetune.train import FinetuneConfig, Finetuner
 from realm.pretrain.config import PretrainConfig
 from realm.pretrain.export import write_finished_model
 from realm.pretrain.heldout_eval import HeldoutMetrics, evaluate_heldout
-from realm.run.layout import METRICS_FILE
+from realm.run.layout import METRICS_FILE, SUMMARY_FILE
 from realm.trainer.pretrain_loop import Trainer
 from realm.training.accelerator import build_accelerator
 
@@ -53,6 +58,20 @@ def announce_stage(name: str, what: str | int | None, out: str | Path | None = N
         number = f"[{banners.count}/{banners.total}] "
     length = "skipped" if what is None else f"{what:,} steps" if isinstance(what, int) else what
     logger.info("%s%s: %s%s", number, name, length, f" -> {out}" if out and what is not None else "")
+
+
+def pipeline_tracking(tracking: TrackingConfig | None, out: str | Path) -> TrackingConfig:
+    """A pipeline's ``--tracking.*`` (None: no tracker) as every one of its stages takes it: one run name
+    (``tracking.run_name``, else the pipeline's run directory's), so that W&B groups the warm starts, pre-training,
+    its builder, QA and the pipeline's summary run together although each stage writes to its own folder."""
+    tracking = tracking or TrackingConfig()
+    return dataclasses.replace(tracking, run_name=resolve_run_name(tracking, out))
+
+
+def write_summary(out: Path, summary: dict[str, Any], tracking: TrackingConfig) -> None:
+    """A pipeline's figures to ``OUT/summary.json`` and, with W&B, to a ``pipeline`` run in the stages' group."""
+    write_text_atomic(out / SUMMARY_FILE, json.dumps(summary, indent=2))
+    log_summary_run(tracking, out, summary)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,5 +1,6 @@
 """``realm real-text`` end to end on files in the real formats (a corpus as one JSON object, DPR's qas questions to
-fine-tune on, NQ-open's jsonl to evaluate on), with a tiny encoder and a few steps a stage."""
+fine-tune on, NQ-open's jsonl to evaluate on), with a tiny encoder and a few steps a stage; the full run reports to
+W&B offline, read back with ``tests.wandb_records``."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from realm.data.blocks import load_blocks
 from realm.pipeline import real_text
 from realm.pipeline.real_text import RealTextConfig, run_real_text
 from tests.helpers import ROOT
+from tests.wandb_records import offline_runs
 
 TINY = {
     "model": {"hidden_size": 32, "num_layers": 1, "num_heads": 2, "intermediate_size": 64},
@@ -76,10 +78,22 @@ def test_the_warm_start_is_given_the_held_out_articles(tiny_world, tmp_path, mon
     assert given["heldout_articles"] == str(tmp_path / "run" / "cloze" / "heldout_articles.txt")
 
 
+def _forget_wandb_dirs(monkeypatch) -> None:
+    """The W&B folders the tracking module points into each stage's run directory, unset now and again at teardown
+    (monkeypatch restores what it touched), so that no later test writes W&B files there."""
+    for name in ("WANDB_DIR", "WANDB_CACHE_DIR", "WANDB_DATA_DIR", "WANDB_CONFIG_DIR", "WANDB_ARTIFACT_DIR",
+                 "REALM_WANDB_ENV_OWNED"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+
+
 @pytest.mark.slow
-def test_the_real_text_command_runs_every_stage_on_real_formats(tiny_world, tmp_path, capsys):
+def test_the_real_text_command_runs_every_stage_on_real_formats(tiny_world, tmp_path, capsys, monkeypatch, request):
     num_docs = _real_format_files(tiny_world, tmp_path)
     out = tmp_path / "run"
+    _forget_wandb_dirs(monkeypatch)
+    import wandb
+
+    request.addfinalizer(wandb.teardown)  # the W&B service this process started, also when the run fails
     code = main([
         f"--out={out}", f"--corpus.path={tmp_path / 'corpus.json'}", f"--qa.train={tmp_path / 'train.qas'}",
         f"--qa.dev={tmp_path / 'dev.jsonl'}", "--heldout_docs=8", "--max_heldout_sentences=30", "--vocab_size=800",
@@ -87,6 +101,7 @@ def test_the_real_text_command_runs_every_stage_on_real_formats(tiny_world, tmp_
         "--qa_steps=3",
         f"--pretrain_overrides={json.dumps(TINY)}", "--warm_start.copy_sentences=120",
         '--warm_start.copy_curriculum=[{"words": 20, "steps": 2}, {"words": 0, "steps": 2, "sentences": 3}]',
+        "--tracking.report_to=wandb", "--tracking.wandb_mode=offline",  # pre-training's keys, for every stage
     ])  # fmt: skip
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
@@ -105,3 +120,16 @@ def test_the_real_text_command_runs_every_stage_on_real_formats(tiny_world, tmp_
     heldout = [r for _, r in iter_jsonl(out / "cloze" / "heldout.jsonl")]
     assert heldout and not x_uids & {r["source_uid"] for r in heldout}
     assert summary["num_heldout_examples"] == min(20, len(heldout))
+
+    # --tracking.* reached every stage: one W&B group (the run directory's name), and a pipeline run holding the summary
+    found = {}
+    for stage in (out, out / "copy" / "0_words_20", out / "copy" / "1_words_all", out / "warmup", out / "ict",
+                  out / "qa"):  # fmt: skip
+        found |= {(stage.name, job): records for job, records in offline_runs(stage).items()}
+    assert {job for _, job in found} == {"warmup", "ict", "trainer", "index_builder", "finetune", "pipeline"}
+    assert len(found) == 8, sorted(found)  # the copy stages are warm-ups too, each in its own folder
+    runs = [r.run for records in found.values() for r in records if r.WhichOneof("record_type") == "run"]
+    assert {r.run_group for r in runs} == {"run"}
+    logged = {i.key or "/".join(i.nested_key): json.loads(i.value_json) for r in found[("run", "pipeline")]
+              if r.WhichOneof("record_type") == "summary" for i in r.summary.update}  # fmt: skip
+    assert logged["pretrain_steps"] == 6 and logged["qa_exact_match_end"] == summary["qa_exact_match_end"]

@@ -83,6 +83,19 @@ def test_print_config_of_the_demo_holds_its_pretraining_overrides(capsys):
     assert printed == to_dict(demo_cli.demo_config(["--num_entities=9", "--train.max_steps=3"]))
 
 
+def test_real_text_takes_the_pretraining_sections_into_its_pretrain_overrides(capsys):
+    """``realm real-text --tracking.*`` (any pre-training section) goes to ``pretrain_overrides``, a dict of sections,
+    key by key: merged with the config's and a ``--pretrain_overrides={...}`` given too, a two-word value kept."""
+    argv = ['--pretrain_overrides={"model": {"num_layers": 4}, "train": {"seed": 1}}', "--tracking.report_to=wandb",
+            "--train.seed", "3", "--seed=2", "--config", "configs/real_text/gpu.yaml"]  # fmt: skip
+    with pytest.raises(SystemExit):
+        main(["real-text", *argv, "--print_config"])
+    overrides = yaml.safe_load(capsys.readouterr().out)["pretrain_overrides"]
+    assert overrides["tracking"] == {"report_to": "wandb"} and overrides["model"] == {"num_layers": 4}
+    assert overrides["train"] == {"prefetch_candidates": True, "seed": 3}  # the config's key kept, the seed given last
+    assert overrides["refresh"]["builder_devices"] == "0"
+
+
 def test_a_mistyped_command_gets_one_did_you_mean_line(capsys):
     assert main(["trian"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
