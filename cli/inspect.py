@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +26,11 @@ from realm.data.packing import pack_single, pad
 from realm.data.sentences import load_jsonl_dataset, prepare_sentences
 from realm.finetune.evaluate_qa import load_qa_run
 from realm.index import versions
-from realm.index.mips import BruteForceIndex, DocumentIndex
+from realm.index.mips import DocumentIndex
+from realm.index.streamed import StreamedIndex
 from realm.pretrain.config import EVAL_SEARCH_MODES
-from realm.pretrain.eval_search import heldout_index
-from realm.pretrain.heldout_eval import bm25_retrieval, embed_corpus, evaluate_heldout, gold_titles
+from realm.pretrain.eval_search import embedded_chunks, heldout_index
+from realm.pretrain.heldout_eval import bm25_retrieval, evaluate_heldout, gold_titles
 from realm.pretrain.saved_run import LoadedRun, load_run
 from realm.qa.inspect import answer_questions
 from realm.run import layout, live_index, publication
@@ -192,15 +194,14 @@ def embed_query(loaded: LoadedRun, text: str) -> torch.Tensor:
 
 def _open_index(loaded: LoadedRun, which: str) -> tuple[DocumentIndex, str]:
     if which == "exact":
-        embeddings = embed_corpus(
-            loaded.model.retriever.doc_embedder,
-            loaded.store.blocks,
-            loaded.special,
-            loaded.cfg.retriever.max_block_length,
-        )
+        # note: streamed, eval.exact_chunk_blocks blocks embedded at a time, as eval.search=exact: the [N, D]
+        # embeddings of a large corpus never fit in one process
+        chunk = loaded.cfg.eval.exact_chunk_blocks
+        chunks = partial(embedded_chunks, loaded.model.retriever.doc_embedder, loaded.store.blocks, loaded.special,
+                         loaded.cfg.retriever.max_block_length, chunk)  # fmt: skip
         return (
-            BruteForceIndex(embeddings),
-            f"exact search over {len(loaded.store)} blocks embedded at step {loaded.step}",
+            StreamedIndex(chunks, len(loaded.store)),
+            f"exact search over {len(loaded.store)} blocks embedded at step {loaded.step}, {chunk:,} at a time",
         )
     version = live_index.current_index_version(loaded.run_dir)
     if version is None:
@@ -231,9 +232,10 @@ def _inspect(args: argparse.Namespace) -> int:
         return _inspect_qa(args, queries)
     loaded = load_run(args.run, args.checkpoint, args.overrides)
     index, description = _open_index(loaded, args.index)
-    for n, query in enumerate(queries):
-        scores, ids = index.search(embed_query(loaded, query), args.k)
-        hits = [(s, i) for s, i in zip(scores[0].tolist(), ids[0].tolist()) if i >= 0]
+    # note: every query in one search: the exact index reads the corpus once per search
+    all_scores, all_ids = index.search(torch.cat([embed_query(loaded, query) for query in queries]), args.k)
+    for n, (query, scores, ids) in enumerate(zip(queries, all_scores, all_ids)):
+        hits = [(s, i) for s, i in zip(scores.tolist(), ids.tolist()) if i >= 0]
         titles, texts = loaded.store.texts([i for _, i in hits])
         blocks = [{"rank": rank, "score": score, "block": block, "title": title, "text": text}
                   for rank, ((score, block), title, text) in enumerate(zip(hits, titles, texts), start=1)]  # fmt: skip

@@ -15,7 +15,7 @@ Results equal ``BruteForceIndex``'s up to the order of exactly tied scores.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 from torch import Tensor
@@ -65,6 +65,23 @@ def streamed_search(queries: Tensor, chunks: Iterable[Tensor], k: int) -> tuple[
         top.add(queries, chunk.detach().float().cpu(), first_id)
         first_id += chunk.shape[0]
     return top.scores, top.ids
+
+
+class StreamedIndex:
+    """A ``DocumentIndex`` that reads its corpus anew, chunk by chunk, at every ``search`` (``streamed_search``):
+    exact, with the peak above whatever N is. ``chunks()`` starts one pass (e.g. blocks embedded now,
+    ``realm.pretrain.eval_search.embedded_chunks``); since each call is a pass, search every query in one call."""
+
+    def __init__(self, chunks: Callable[[], Iterable[Tensor]], num_vectors: int) -> None:
+        self.chunks, self._num_vectors = chunks, num_vectors
+
+    @property
+    def num_vectors(self) -> int:
+        return self._num_vectors
+
+    def search(self, queries: Tensor, k: int) -> tuple[Tensor, Tensor]:
+        scores, ids = streamed_search(queries, self.chunks(), k)
+        return scores.to(queries.device), ids.to(queries.device)
 
 
 class PrecomputedSearch:

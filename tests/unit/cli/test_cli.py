@@ -409,6 +409,36 @@ def test_inspect_prints_the_same_ranking_from_the_live_and_an_exact_index(tiny_r
     assert (exact_scores[:-1] - exact_scores[1:]).max() > 10 * tie, "the scores must not all tie: nothing compared"
 
 
+def test_inspect_exact_streams_the_blocks_and_ranks_as_the_in_memory_search(tiny_run, tmp_path, capsys, monkeypatch):
+    """``--index exact`` embeds the blocks ``eval.exact_chunk_blocks`` at a time through ``realm.index.streamed``
+    (one pass for every query, never the [N, D] matrix) and prints the top-k of the old in-memory search."""
+    from realm.cli.inspect import embed_query
+    from realm.index.mips import BruteForceIndex
+    from realm.index.streamed import RunningTopK
+    from realm.pretrain.heldout_eval import embed_corpus
+    from realm.pretrain.saved_run import load_run
+
+    queries = ["Who founded the bank?", "where was the painter born", "the river [MASK] flows north"]
+    loaded = load_run(tiny_run)
+    embeddings = embed_corpus(loaded.model.retriever.doc_embedder, loaded.store.blocks, loaded.special, 48)
+    want = BruteForceIndex(embeddings).search(torch.cat([embed_query(loaded, q) for q in queries]), 4)[1].tolist()
+    chunks = []
+    add = RunningTopK.add
+
+    def recording_add(top, scored, chunk, first_id):
+        chunks.append(chunk.shape[0])
+        return add(top, scored, chunk, first_id)
+
+    monkeypatch.setattr(RunningTopK, "add", recording_add)
+    (tmp_path / "queries.txt").write_text("\n".join(queries) + "\n")
+    argv = ["inspect", str(tiny_run), "--queries", str(tmp_path / "queries.txt"), "--k", "4", "--json"]
+    assert main(argv + ["--index", "exact", "--eval.exact_chunk_blocks=3"]) == 0
+    got = [[block["block"] for block in json.loads(line)["blocks"]] for line in capsys.readouterr().out.splitlines()]
+    assert got == want
+    num_blocks = len(loaded.store)
+    assert num_blocks > 3 and chunks == [min(3, num_blocks - start) for start in range(0, num_blocks, 3)]
+
+
 def test_a_checkpoint_that_does_not_fit_the_config_fails_loudly(tiny_run, tmp_path, capsys):
     import shutil
 
