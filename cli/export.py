@@ -1,5 +1,6 @@
 """``realm export RUN OUT --format hf | sentence-transformers | pyserini``: a pre-training run's encoder, retriever or
-index in the formats transformers, sentence-transformers, FAISS and pyserini read (``realm.pretrain.export``)."""
+index in the formats transformers, sentence-transformers, FAISS and pyserini read (``realm.pretrain.export``); RUN may
+also be a bare retriever folder (``RUN/ict/retriever``, ``RUN/retriever/step-N``), for its retriever or index."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ _NEXT = {
 
 def main(argv: list[str]) -> int:
     parser = ArgumentParser(prog="realm export", description=__doc__.splitlines()[0])
-    parser.add_argument("run", help="pre-training run directory")
+    parser.add_argument("run", help="pre-training run directory, or a bare retriever folder (RUN/ict/retriever, "
+                        "RUN/retriever/step-N: sentence-transformers or pyserini only)")  # fmt: skip
     parser.add_argument("out", help="folder to write (must not exist or be empty, unless --overwrite)")
     parser.add_argument("--format", required=True, choices=FORMATS,
                         help="hf: the knowledge-augmented encoder; sentence-transformers: the retriever's towers; "

@@ -7,10 +7,13 @@
 - ``pyserini``: the index (FAISS + docid file) and the blocks as parquet (``realm.run.export_index``).
 
 The model comes from the run's newest complete checkpoint (or ``step``/``checkpoint``), loaded as ``realm inspect``
-loads it (``realm.pretrain.saved_run.load_run``). Every export is written into a staging folder beside OUT and
-renamed to OUT with a ``manifest.json`` (what was exported from which run and step, the files and their checksums)
-written last, so OUT is either complete or absent. The same writers give ``RUN/model/`` at the end of pre-training
-(``write_run_model``).
+loads it (``realm.pretrain.saved_run.load_run``). A bare retriever folder (``RUN/ict/retriever``, a trainer's
+``RUN/retriever/step-N``: ``realm.pretrain.saved_retriever``) exports as ``sentence-transformers``, or as
+``pyserini`` with an exact index of its document tower over its run's blocks; it has no MLM encoder for ``hf``.
+
+Every export is written into a staging folder beside OUT and renamed to OUT with a ``manifest.json`` (what was
+exported from which run and step, the files and their checksums) written last, so OUT is either complete or absent.
+The same writers give ``RUN/model/`` at the end of pre-training (``write_run_model``).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 from transformers import BertConfig, PreTrainedTokenizerBase
@@ -29,9 +32,14 @@ from transformers.utils import logging as hf_logging
 
 from realm.core.config import load_config
 from realm.core.errors import ArgumentError, ConfigError, MissingPackageError, RunError
+from realm.data.blocks import BlockStore
+from realm.data.packing import SpecialIds
 from realm.index import versions
+from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.config import PretrainConfig
+from realm.pretrain.eval_search import embedded_chunks
 from realm.pretrain.model import RealmModel
+from realm.pretrain.saved_retriever import is_retriever_folder, load_saved_retriever
 from realm.run import live_index
 from realm.run.export_index import BLOCKS_FILE, write_blocks_parquet, write_faiss_index
 from realm.run.export_st import write_sentence_transformer
@@ -75,6 +83,9 @@ class ExportConfig:
     has one, else exact."""
     overwrite: bool = False
     """Replace OUT when it exists (otherwise an existing, non-empty OUT is an error)."""
+    exact_chunk_blocks: int = 65_536
+    """``index: exact``: blocks embedded at once; the FAISS index is filled chunk by chunk, so no [N, D] copy of the
+    embeddings is held beside it."""
 
     def __post_init__(self) -> None:
         if self.format not in FORMATS:
@@ -83,6 +94,8 @@ class ExportConfig:
             raise ConfigError(f"index must be one of {', '.join(INDEX_SOURCES)}, got {self.index!r}")
         if self.step is not None and self.checkpoint is not None:
             raise ConfigError("name a step or a checkpoint folder, not both")
+        if self.exact_chunk_blocks < 1:
+            raise ConfigError(f"exact_chunk_blocks must be >= 1, got {self.exact_chunk_blocks}")
 
 
 def check_backbone(init_from: str | None, where: str) -> None:
@@ -147,8 +160,7 @@ def _quiet_libraries() -> Iterator[None]:
             hf_logging.enable_progress_bar()
 
 
-def _provenance(cfg: PretrainConfig, fmt: str, step: int, run_dir: Path) -> dict[str, Any]:
-    retriever = cfg.retriever
+def _provenance(retriever: RetrieverConfig, fmt: str, step: int | None, run_dir: Path) -> dict[str, Any]:
     return {"format": fmt, "run": str(run_dir.resolve()), "step": step, "share_embedders": retriever.share_embedders,
             "score": retriever.score, "score_scale": retriever.score_scale, "embed_dim": retriever.embed_dim,
             "max_query_length": retriever.max_query_length, "max_block_length": retriever.max_block_length}  # fmt: skip
@@ -175,7 +187,7 @@ def write_run_model(run_dir: str | Path, model: RealmModel, tokenizer: PreTraine
     for name, fmt in ((ENCODER_DIR, "hf"), (RETRIEVER_DIR, "sentence-transformers")):
         try:
             replace_published(folder / name, lambda staging, fmt=fmt: write_model(model, tokenizer, cfg, fmt, staging),
-                              _provenance(cfg, fmt, step, run_dir))  # fmt: skip
+                              _provenance(cfg.retriever, fmt, step, run_dir))  # fmt: skip
         except MissingPackageError as err:
             logger.info("%s not written (%s)", folder / name, err)
     logger.info("wrote %s: encoder/ (transformers) and retriever/ (sentence-transformers) of step %d", folder, step)
@@ -198,44 +210,84 @@ def _write_index(loaded, options: ExportConfig, out: Path) -> dict[str, Any]:
     version = None if options.index == "exact" else live_index.current_index_version(loaded.run_dir)
     if version is None and options.index == "current":
         raise RunError(f"{loaded.run_dir} has no live index (index/CURRENT); use --index exact to embed the blocks")
-    if version is not None:
-        published = versions.load_index_version(version)
-        if published.num_vectors != len(loaded.store):
-            raise RunError(f"{version} indexes {published.num_vectors} blocks but data.blocks has {len(loaded.store)}")
-        write_faiss_index(out, faiss_file=version / versions.FAISS_FILE, block_ids=np.asarray(published.block_ids))
-        index = {"index": str(version), "index_step": published.step,
-                 "factory": published.manifest.get("factory", "")}  # fmt: skip
-    else:
-        from realm.pretrain.heldout_eval import embed_corpus
-
-        embeddings = embed_corpus(loaded.model.retriever.doc_embedder, loaded.store.blocks, loaded.special,
-                                  loaded.cfg.retriever.max_block_length)  # fmt: skip
-        write_faiss_index(out, embeddings=embeddings.numpy(), block_ids=np.arange(len(loaded.store)))
-        index = {"index": "exact", "index_step": loaded.step, "factory": "Flat"}
+    if version is None:
+        exact = _write_exact_index(loaded.model.retriever, loaded.cfg.retriever, loaded.store, loaded.special,
+                                   options, out)  # fmt: skip
+        return {**exact, "index_step": loaded.step, "blocks": loaded.blocks_path}
+    published = versions.load_index_version(version)
+    if published.num_vectors != len(loaded.store):
+        raise RunError(f"{version} indexes {published.num_vectors} blocks but data.blocks has {len(loaded.store)}")
+    write_faiss_index(out, faiss_file=version / versions.FAISS_FILE, block_ids=np.asarray(published.block_ids))
     write_blocks_parquet(loaded.store.blocks, out / BLOCKS_FILE)
-    return {**index, "num_blocks": len(loaded.store), "blocks": loaded.blocks_path}
+    return {"index": str(version), "index_step": published.step, "factory": published.manifest.get("factory", ""),
+            "num_blocks": len(loaded.store), "blocks": loaded.blocks_path}  # fmt: skip
+
+
+def _write_exact_index(retriever: Retriever, cfg: RetrieverConfig, store: BlockStore, special: SpecialIds,
+                       options: ExportConfig, out: Path) -> dict[str, Any]:  # fmt: skip
+    """A ``Flat`` index of every block embedded now by ``retriever``'s document tower, ``options.exact_chunk_blocks``
+    at a time (``realm.pretrain.eval_search.embedded_chunks``), and the blocks, in ``out``."""
+    chunks = embedded_chunks(retriever.doc_embedder, store.blocks, special, cfg.max_block_length,
+                             options.exact_chunk_blocks)  # fmt: skip
+    write_faiss_index(out, embeddings=(chunk.numpy() for chunk in chunks), block_ids=np.arange(len(store)))
+    write_blocks_parquet(store.blocks, out / BLOCKS_FILE)
+    return {"index": "exact", "factory": "Flat", "num_blocks": len(store)}
 
 
 def export_run(run_dir: str | Path, out: str | Path, options: ExportConfig) -> Path:
-    """Exports ``run_dir`` as ``options.format`` into the new folder ``out`` (see the module docstring)."""
+    """Exports ``run_dir`` (a pre-training run, or a bare retriever folder) as ``options.format`` into the new folder
+    ``out`` (see the module docstring)."""
     from realm.pretrain.saved_run import load_run
 
     run_dir, out = Path(run_dir), Path(out)
     if out.exists() and not options.overwrite and (not out.is_dir() or any(out.iterdir())):
         raise ArgumentError(f"{out} exists and is not empty; pass --overwrite to replace it")
+    if is_retriever_folder(run_dir):
+        return _export_retriever(run_dir, out, options)
     if (run_dir / CONFIG_FILE).is_file():  # note: else load_run says what is missing
         check_backbone(load_config(PretrainConfig, run_dir / CONFIG_FILE).model.init_from, str(run_dir))
     loaded = load_run(run_dir, _checkpoint(run_dir, options))
     check_tokenizer(loaded.tokenizer, str(run_dir))
+    manifest = _provenance(loaded.cfg.retriever, options.format, loaded.step, run_dir)
+    manifest["checkpoint"] = str(loaded.checkpoint.resolve())
+    if options.format == "pyserini":
+        return _publish(out, manifest, lambda staging: _write_index(loaded, options, staging))
+    return _publish(out, manifest, lambda staging: write_model(loaded.model, loaded.tokenizer, loaded.cfg,
+                                                               options.format, staging))  # fmt: skip
+
+
+def _export_retriever(where: Path, out: Path, options: ExportConfig) -> Path:
+    """A bare retriever folder as sentence-transformers, or as pyserini with an exact index over its run's blocks."""
+    if options.format == "hf":
+        raise ArgumentError(f"{where} is a bare retriever: --format hf exports a pre-training run's MLM encoder, "
+                            "which it lacks; use --format sentence-transformers or pyserini")  # fmt: skip
+    if options.step is not None or options.checkpoint is not None:
+        raise ArgumentError(f"{where} is a bare retriever, one set of weights: --step and --checkpoint name a "
+                            "pre-training run's checkpoints")  # fmt: skip
+    if options.format == "pyserini" and options.index == "current":
+        raise ArgumentError(f"{where} is a bare retriever with no live index: use --index exact (or auto) to embed "
+                            "its run's blocks")  # fmt: skip
+    saved = load_saved_retriever(where)
+    check_tokenizer(saved.tokenizer, str(where))
+    manifest = {**_provenance(saved.cfg, options.format, saved.step, saved.run_dir), "retriever": str(where.resolve())}
+    if options.format == "pyserini":
+        store, special = saved.blocks()
+        manifest |= {"index_step": saved.step, "blocks": saved.blocks_path}
+        return _publish(out, manifest, lambda staging: _write_exact_index(saved.retriever, saved.cfg, store, special,
+                                                                          options, staging))  # fmt: skip
+    return _publish(out, manifest, lambda staging: write_sentence_transformer(saved.retriever, saved.tokenizer,
+                                                                              saved.cfg, staging))  # fmt: skip
+
+
+def _publish(out: Path, manifest: dict[str, Any], write: Callable[[Path], Any]) -> Path:
+    """``write(staging)`` into a staging folder beside ``out``, then published as ``out`` with ``manifest`` (plus
+    what ``write`` returns when it is a dict, the files and their checksums) written last."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = new_staging(out.parent)
     try:
-        manifest = _provenance(loaded.cfg, options.format, loaded.step, run_dir)
-        manifest["checkpoint"] = str(loaded.checkpoint.resolve())
-        if options.format == "pyserini":
-            manifest.update(_write_index(loaded, options, staging))
-        else:
-            write_model(loaded.model, loaded.tokenizer, loaded.cfg, options.format, staging)
+        with _quiet_libraries():
+            written = write(staging)
+        manifest = {**manifest, **(written if isinstance(written, dict) else {})}
         manifest.update(files=file_entries(staging, relative_files(staging)), created=now_iso())
         if out.exists():  # note: only with --overwrite, or an empty folder
             if any(out.iterdir()):

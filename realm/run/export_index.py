@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
+from typing import Iterable
 
 import datasets
 import faiss
@@ -52,9 +53,10 @@ def write_blocks_parquet(blocks: datasets.Dataset, path: str | Path) -> Path:
     return path
 
 
-def write_faiss_index(out: Path, *, faiss_file: Path | None = None, embeddings: np.ndarray | None = None,
-                      block_ids: np.ndarray) -> None:  # fmt: skip
-    """``index.faiss`` (a copy of ``faiss_file``, or an exact ``Flat`` inner-product index of ``embeddings``), its
+def write_faiss_index(out: Path, *, faiss_file: Path | None = None,
+                      embeddings: np.ndarray | Iterable[np.ndarray] | None = None, block_ids: np.ndarray) -> None:
+    """``index.faiss`` (a copy of ``faiss_file``, or an exact ``Flat`` inner-product index of ``embeddings``: an
+    [N, D] array, or [C, D] chunks of it added one by one, so that no [N, D] copy is held beside the index), its
     pyserini name ``index`` and the ``docid`` file of ``block_ids`` (the block id of each row)."""
     if (faiss_file is None) == (embeddings is None):
         raise ValueError("pass exactly one of faiss_file and embeddings")
@@ -63,9 +65,14 @@ def write_faiss_index(out: Path, *, faiss_file: Path | None = None, embeddings: 
         with disk_writes(target):
             shutil.copyfile(faiss_file, target)  # note: a copy: a link would share the run's file with the export
     else:
-        vectors = np.ascontiguousarray(embeddings, dtype=np.float32)
-        index = faiss.IndexFlatIP(vectors.shape[1])  # note: exact; REALM's relevance is the inner product
-        index.add(vectors)
+        index = None
+        for chunk in [embeddings] if isinstance(embeddings, np.ndarray) else embeddings:
+            vectors = np.ascontiguousarray(chunk, dtype=np.float32)
+            if index is None:
+                index = faiss.IndexFlatIP(vectors.shape[1])  # note: exact; REALM's relevance is the inner product
+            index.add(vectors)
+        if index is None:
+            raise ValueError("embeddings: no vectors to index")
         with disk_writes(target):
             faiss.write_index(index, str(target))
     with disk_writes(out):

@@ -4,6 +4,7 @@ exactly as the run's own model does."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import faiss
 import numpy as np
@@ -18,7 +19,9 @@ from realm.cli.main import main
 from realm.data.packing import SpecialIds, block_batch
 from realm.data.vocab import train_wordpiece
 from realm.models.retriever import Retriever, RetrieverConfig
+from realm.pretrain.heldout_eval import embed_corpus
 from realm.pretrain.saved_run import load_run
+from realm.run import publication
 from realm.run.export_retrieval import dpr_records, trec_run
 from realm.run.export_st import write_sentence_transformer
 from tests.unit.cli.test_cli import tiny_run  # noqa: F401 - the fixture: a run with a checkpoint and a live index
@@ -199,3 +202,58 @@ def test_the_readmes_three_lines_run_on_an_exported_run(tiny_run, exports):  # n
     rows, scores = namespace["rows"], namespace["scores"]
     assert rows.shape == (1, 5) and all(0 <= r < len(docids) for r in rows[0])
     assert list(scores[0]) == sorted(scores[0], reverse=True)
+
+
+@pytest.mark.parametrize("where", ["ict/retriever", "retriever/step-00000006"])
+def test_a_bare_retriever_folder_exports_its_towers_and_an_exact_index(tiny_run, tmp_path, capsys, where):  # noqa: F811
+    """``realm ict``'s ``OUT/retriever`` and a trainer's ``RUN/retriever/step-N``: the towers, with the tokenizer and
+    lengths of the run whose config.yaml is above the folder; the index embeds that run's blocks; hf is refused."""
+    loaded = load_run(tiny_run)
+    job = tmp_path / "job"
+    folder = job / where
+    job.mkdir()
+    shutil.copy(tiny_run / "config.yaml", job / "config.yaml")
+    staging = publication.new_staging(folder.parent)
+    loaded.model.retriever.save_pretrained(staging)
+    publication.publish_folder(staging, folder, {"kind": "ict_retriever", "steps": 6})
+    for fmt in ("sentence-transformers", "pyserini"):
+        assert main(["export", str(folder), str(tmp_path / fmt), "--format", fmt]) == 0
+    model = sentence_transformers.SentenceTransformer(str(tmp_path / "sentence-transformers"), device="cpu")
+    expected = torch.cat([embed_query(loaded, q) for q in QUERIES])
+    assert torch.allclose(model.encode_query(QUERIES, convert_to_tensor=True), expected, atol=1e-5)
+    manifest = json.loads((tmp_path / "sentence-transformers" / "manifest.json").read_text())
+    assert manifest["retriever"] == str(folder.resolve()) and manifest["run"] == str(job.resolve())
+    assert (manifest["step"], manifest["max_query_length"], manifest["max_block_length"]) == (6, 32, 48)
+    index = faiss.read_index(str(tmp_path / "pyserini" / "index.faiss"))
+    blocks = embed_corpus(loaded.model.retriever.doc_embedder, loaded.store.blocks, loaded.special, 48)
+    np.testing.assert_allclose(index.reconstruct_n(0, index.ntotal), blocks.numpy(), atol=1e-6)
+    assert (tmp_path / "pyserini" / "docid").read_text().split() == [str(i) for i in range(len(loaded.store))]
+    assert json.loads((tmp_path / "pyserini" / "manifest.json").read_text())["index"] == "exact"
+    capsys.readouterr()
+    assert main(["export", str(folder), str(tmp_path / "hf"), "--format", "hf"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is a bare retriever: --format hf" in err and len(err.splitlines()) == 1
+    assert not (tmp_path / "hf").exists()
+
+
+def test_the_exact_index_is_filled_chunk_by_chunk(tiny_run, tmp_path):  # noqa: F811
+    """``--index exact`` adds ``exact_chunk_blocks`` blocks at a time to the FAISS index (no [N, D] copy beside it),
+    and gives the index the whole corpus would."""
+    from realm.pretrain.export import ExportConfig, export_run
+
+    added = []
+    add = faiss.IndexFlatIP.add
+
+    def recording_add(index, vectors):
+        added.append(len(vectors))
+        return add(index, vectors)
+
+    loaded = load_run(tiny_run)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(faiss.IndexFlatIP, "add", recording_add)
+        export_run(tiny_run, tmp_path / "out", ExportConfig(format="pyserini", index="exact", exact_chunk_blocks=5))
+    num_blocks = len(loaded.store)
+    assert num_blocks > 5 and added == [min(5, num_blocks - start) for start in range(0, num_blocks, 5)]
+    index = faiss.read_index(str(tmp_path / "out" / "index.faiss"))
+    blocks = embed_corpus(loaded.model.retriever.doc_embedder, loaded.store.blocks, loaded.special, 48)
+    np.testing.assert_allclose(index.reconstruct_n(0, index.ntotal), blocks.numpy(), atol=1e-6)
