@@ -33,8 +33,8 @@ def run_one(out: Path, seed: int, precision: str, threads: int, flags: list[str]
     """The summary of ``realm demo`` at this seed and precision (read from ``out`` if that run finished before)."""
     summary = out / f"{precision}-s{seed}" / "summary.json"
     if not summary.exists():
-        argv = ["demo", "--out", str(summary.parent), "--seed", str(seed), "--precision", precision,
-                "--threads", str(threads), *flags]  # fmt: skip
+        argv = ["demo", f"--out={summary.parent}", f"--seed={seed}", f"--precision={precision}",
+                f"--num_threads={threads}", *flags]  # fmt: skip
         run_realm(argv, out / "logs" / f"{precision}-s{seed}.log")
     return json.loads(summary.read_text())
 

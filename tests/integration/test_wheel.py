@@ -20,9 +20,9 @@ from tests.unit.test_architecture import BENCH, package_folders
 pytestmark = pytest.mark.slow
 
 BUILD_FILES = ("setup.cfg", "pyproject.toml", "README.md")
-DEMO = ["--entities", "60", "--vocab-size", "400", "--warmup-steps", "0", "--ict-steps", "1", "--steps", "1",
-        "--refresh.refresh_interval=1", "--refresh.swap_lag=0", "--train.log_interval=1", "--train.save_interval=1",
-        "--eval.max_examples=4", "--qa-steps", "0"]  # fmt: skip
+DEMO = ["--num_entities=60", "--vocab_size=400", "--warm_start.warmup_steps=0", "--warm_start.ict_steps=1",
+        "--pretrain_steps=1", "--refresh.refresh_interval=1", "--refresh.swap_lag=0", "--train.log_interval=1",
+        "--train.save_interval=1", "--eval.max_examples=4", "--qa_steps=0"]  # fmt: skip
 """The smallest demo (60 entities fill ICT's batch): every stage but the warm-up and QA, which read packaged recipes
 as ICT and pre-training do."""
 

@@ -19,10 +19,10 @@ from tests.helpers import run_module
 pytestmark = pytest.mark.slow
 
 COMMAND = [
-    "--entities", "300", "--warmup-steps", "800", "--ict-steps", "100", "--steps", "200",
+    "--num_entities=300", "--warm_start.warmup_steps=800", "--warm_start.ict_steps=100", "--pretrain_steps=200",
     "--refresh.refresh_interval=50", "--refresh.swap_lag=20", "--optim.retriever_delay_steps=67",
-    "--optim.retriever_warmup_steps=33", "--train.eval_interval=50", "--eval.interval_examples=100", "--qa-steps", "40",
-    "--qa-dev", "0",
+    "--optim.retriever_warmup_steps=33", "--train.eval_interval=50", "--eval.interval_examples=100", "--qa_steps=40",
+    "--max_dev_questions=0",
 ]  # fmt: skip
 """The demo recipe at a third of its pre-training (the retriever's delay and warm-up scaled with it) on a 300-entity
 world (165 held-out sentences and questions). Measured with it (2 cores): held-out 0.236 -> 0.564 (closed book 0.006),

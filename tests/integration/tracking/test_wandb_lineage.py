@@ -139,8 +139,8 @@ def test_the_demos_tracking_reaches_every_stage_in_one_group(tmp_path: Path):
     """``realm demo --tracking.report_to=wandb``: the warm-up, ICT, trainer, builder and QA runs, and the pipeline's
     summary run, all in one W&B group (the run directory's name)."""
     run = tmp_path / "demo"
-    _run("realm.cli.demo", "--out", str(run), "--entities", "64", "--warmup-steps", "2", "--ict-steps", "2",
-         "--steps", "4", "--qa-steps", "2", *OFFLINE)  # fmt: skip
+    _run("realm.cli.demo", f"--out={run}", "--num_entities=64", "--warm_start.warmup_steps=2",
+         "--warm_start.ict_steps=2", "--pretrain_steps=4", "--qa_steps=2", *OFFLINE)  # fmt: skip
     found = {}
     for stage in (run, run / "warmup", run / "ict", run / "qa"):
         found |= offline_runs(stage)

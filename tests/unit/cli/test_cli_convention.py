@@ -41,6 +41,15 @@ def test_the_old_demo_flags_still_work_with_a_one_line_note(capsys):
     assert len(err) == 1 and "--entities -> --num_entities" in err[0] and "--config -> --pretrain_config" in err[0]
 
 
+def test_the_demo_runs_of_the_tests_use_its_dotted_keys():
+    """No deprecated flag (and its note) in the demo commands other tests and bench/precision_parity.py pass."""
+    from tests.integration.cli.test_demo_learns import COMMAND
+    from tests.integration.test_wheel import DEMO
+
+    for argv in (COMMAND, DEMO):
+        assert demo_cli.translate_deprecated(argv) == (argv, [])
+
+
 def test_a_jobs_help_shows_field_docstrings_and_yaml_defaults(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["train", "--help"])
