@@ -88,12 +88,13 @@ def run_size(num_passages: int, out: Path, names: list[str], threads: int, token
             results[stage.name], failed = {"failed": str(err).splitlines()[0]}, stage.name
             continue
         row = measured.to_dict() | {"bound_bytes": stage.bound_bytes(ctx)}
-        row["within_bound"] = row["peak_rss_bytes"] <= row["bound_bytes"]
+        row["within_bound"] = row["peak_anon_bytes"] <= row["bound_bytes"]
         if stage.name == "train" or stage.name.startswith("index_"):
             row |= builder_phases(ctx.run / "train" / "builder.log" if stage.name == "train" else log)
         results[stage.name] = row
-        print(f"[rehearsal] {stage.name} @{num_passages:,}: {row['wall_s']:.1f} s, peak "
-              f"{row['peak_rss_bytes'] / 2**30:.2f} GB (bound {row['bound_bytes'] / 2**30:.2f})", flush=True)
+        print(f"[rehearsal] {stage.name} @{num_passages:,}: {row['wall_s']:.1f} s, peak RSS "
+              f"{row['peak_rss_bytes'] / 2**30:.2f} GB, anonymous {row['peak_anon_bytes'] / 2**30:.2f} GB (bound "
+              f"{row['bound_bytes'] / 2**30:.2f})", flush=True)
     return results
 
 
@@ -111,6 +112,7 @@ def summarise(sizes: list[int], by_size: dict[int, dict[str, Any]], names: list[
         ns = [int(n) for n in runs]
         entry["wall_exponent"] = growth_exponent(ns, [r["wall_s"] for r in runs.values()])
         entry["rss_exponent"] = growth_exponent(ns, [r["peak_rss_bytes"] for r in runs.values()])
+        entry["anon_exponent"] = growth_exponent(ns, [r.get("peak_anon_bytes", 0) for r in runs.values()])
         stages[stage.name] = entry
     projection = []
     largest = str(sizes[-1])

@@ -123,6 +123,9 @@ def assumptions() -> dict[str, float]:
     return {name: globals()[name] for name in ASSUMPTIONS}
 
 
+EXPONENTS = ("wall_exponent", "rss_exponent", "anon_exponent")
+
+
 def _gb(num: float) -> str:
     return f"{num / (1 << 30):.2f}"
 
@@ -131,18 +134,19 @@ def markdown(result: dict[str, Any]) -> str:
     """The stage table (wall and peak RSS per N, exponents, bound) and the projection table of a rehearsal JSON."""
     sizes = result["passages"]
     head = ["stage", "cost", "shapes", *[f"wall s @{n:,}" for n in sizes], "wall exp",
-            *[f"peak GB @{n:,}" for n in sizes], "RSS exp", f"bound GB @{sizes[-1]:,}"]  # fmt: skip
+            *[f"RSS / anon GB @{n:,}" for n in sizes], "RSS exp", "anon exp", f"bound GB @{sizes[-1]:,}"]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for name, stage in result["stages"].items():
         runs = stage["runs"]
         walls = [f"{runs[str(n)]['wall_s']:.1f}" if str(n) in runs else "-" for n in sizes]
-        peaks = [_gb(runs[str(n)]["peak_rss_bytes"]) if str(n) in runs else "-" for n in sizes]
-        exps = [f"{e:.2f}" if e is not None else "-" for e in (stage.get("wall_exponent"), stage.get("rss_exponent"))]
+        peaks = [f"{_gb(runs[str(n)]['peak_rss_bytes'])} / {_gb(runs[str(n)].get('peak_anon_bytes', 0))}"
+                 if str(n) in runs else "-" for n in sizes]  # fmt: skip
+        exps = [f"{e:.2f}" if e is not None else "-" for e in (stage.get(key) for key in EXPONENTS)]
         last = runs.get(str(sizes[-1]), {})
         bound = _gb(last["bound_bytes"]) if "bound_bytes" in last else "-"
         note = f" ({stage['not_run']})" if stage.get("not_run") else ""
         lines.append(f"| {name}{note} | {stage['cost']} | {stage['shapes']} | " + " | ".join(
-            [*walls, exps[0], *peaks, exps[1], bound]) + " |")  # fmt: skip
+            [*walls, exps[0], *peaks, *exps[1:], bound]) + " |")  # fmt: skip
     out = "\n".join(lines)
     if result.get("projection"):
         rows = ["| GPUs (builder + trainer) | index | refresh (embed + FAISS) | step | refresh in steps "

@@ -5,6 +5,11 @@ every ``POLL_S``): a stage that forks tagging workers or spawns the index builde
 together, as the machine must hold them together. Polling can miss a spike shorter than ``POLL_S``, so the largest
 single-process peak the kernel recorded (``ru_maxrss`` of the waited-for children) is kept too, and the figure
 reported is the larger of the two.
+
+Resident memory counts the pages of memory-mapped files a process has touched (the blocks' Arrow files, an index's
+embeddings memmap), which the kernel can drop and read again under pressure. The anonymous part (resident minus
+file-backed and shared pages: what would go to swap) is what a stage cannot give back, so it is polled too and is
+what the bounds of ``bench/rehearsal_stages.py`` are checked against; both are reported.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class Measured:
     """Seconds from start to exit."""
     peak_rss_bytes: int
     """Largest resident memory of the process tree at once (or of its largest process, if that was larger)."""
+    peak_anon_bytes: int
+    """Largest polled sum over the tree of resident memory not backed by a file (RSS minus shared pages)."""
     peak_tree_rss_bytes: int
     """Largest polled sum over the tree."""
     max_process_rss_bytes: int
@@ -47,20 +54,22 @@ class Measured:
         return asdict(self)
 
 
-def _tree_rss(proc: psutil.Process) -> tuple[int, int]:
-    """(summed RSS, number of processes) of ``proc`` and its descendants; vanished processes count nothing."""
-    total, count = 0, 0
+def _tree_rss(proc: psutil.Process) -> tuple[int, int, int]:
+    """(summed RSS, summed anonymous RSS, number of processes) of ``proc`` and its descendants; vanished processes
+    count nothing."""
+    total, anon, count = 0, 0, 0
     try:
         members = [proc, *proc.children(recursive=True)]
     except psutil.Error:
-        return 0, 0
+        return 0, 0, 0
     for member in members:
         try:
-            total += member.memory_info().rss
-            count += 1
+            info = member.memory_info()
         except psutil.Error:
             continue
-    return total, count
+        # note: on Linux ``shared`` is RssFile + RssShmem, so the rest is the process's anonymous memory
+        total, anon, count = total + info.rss, anon + info.rss - getattr(info, "shared", 0), count + 1
+    return total, anon, count
 
 
 def measure(argv: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None) -> Measured:
@@ -68,14 +77,14 @@ def measure(argv: Sequence[str], log: Path, env: dict[str, str] | None = None, c
     raises ``StageFailed`` with the end of the log."""
     log.parent.mkdir(parents=True, exist_ok=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    peak_tree, max_processes = 0, 0
+    peak_tree, peak_anon, max_processes = 0, 0, 0
     start = time.perf_counter()
     with log.open("w", encoding="utf-8") as out:
         child = subprocess.Popen(list(argv), stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
         watched = psutil.Process(child.pid)
         while child.poll() is None:
-            rss, count = _tree_rss(watched)
-            peak_tree, max_processes = max(peak_tree, rss), max(max_processes, count)
+            rss, anon, count = _tree_rss(watched)
+            peak_tree, peak_anon, max_processes = max(peak_tree, rss), max(peak_anon, anon), max(max_processes, count)
             time.sleep(POLL_S)
     wall = time.perf_counter() - start
     # note: ru_maxrss of RUSAGE_CHILDREN is the max over every child this process ever waited for (KB on Linux), so
@@ -85,7 +94,8 @@ def measure(argv: Sequence[str], log: Path, env: dict[str, str] | None = None, c
     if child.returncode != 0:
         tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:])
         raise StageFailed(f"{' '.join(argv)} failed (exit code {child.returncode}); end of {log}:\n{tail}")
-    return Measured(wall_s=round(wall, 2), peak_rss_bytes=max(peak_tree, max_process), peak_tree_rss_bytes=peak_tree,
+    return Measured(wall_s=round(wall, 2), peak_rss_bytes=max(peak_tree, max_process), peak_anon_bytes=peak_anon,
+                    peak_tree_rss_bytes=peak_tree,
                     max_process_rss_bytes=max_process, max_processes=max_processes)  # fmt: skip
 
 

@@ -7,21 +7,33 @@ Shapes: where a stage's cost is per token (reader warm-up, ICT) it runs a few st
 ``configs/pretrain/tiny.yaml``'s 2-layer hidden-32 model with REALM's 288-wordpiece blocks and 128-d index, so that N
 blocks can be embedded on 2 cores. Tagging is the rule tagger (``tagging.kind: rule``): spaCy is not installed here.
 
-Memory bounds (``Stage.bound_bytes``): a fixed allowance per Python process of the stage's tree, the model's weights
-(times the optimizer's copies where it trains), its activations where it trains, and, for the stages that hold an
+Memory bounds (``Stage.bound_bytes``, checked against the tree's peak anonymous memory, ``bench/rehearsal_measure.py``):
+a fixed allowance per Python process of the stage's tree, the model's weights (times the optimizer's copies where it
+trains), its activations where it trains, what a config caps (the tagger's shard of ``shard_size`` lines a worker,
+the warm-up's ``task.max_blocks`` sample, evaluation's ``eval.exact_chunk_blocks``), and, for the stages that hold an
 index, the index the budget arithmetic expects (``realm.index.budget.expected_index_bytes``). Nothing else in a bound
 grows with N: a stage whose peak does is holding per-block state the recipe did not budget for.
 """
 
 from __future__ import annotations
 
+import inspect
+import json
 import shutil
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+import yaml
+
+from realm.data.blocks import BlockStore
+from realm.data.tag_stage import TagStageConfig
 from realm.index.budget import expected_index_bytes
+from realm.index.streamed import QUERY_BLOCK
+from realm.pretrain.config import EvalConfig
+
+REPO = Path(__file__).resolve().parents[1]
 
 GB = 1 << 30
 MB = 1 << 20
@@ -48,6 +60,24 @@ WARM_START_STEPS = 2
 """BERT-base steps of the warm-up and ICT stages (seconds each on 2 cores)."""
 TRAIN_STEPS = 4
 """Tiny trainer steps against the N-block index."""
+TAG_WORKERS = 2
+TAG_BYTES_PER_LINE = 4096
+"""Resident bytes a worker holds per line of the shard it tags (tokenised sentence, spans, Arrow batches; measured
+~2.5 KB with the rule tagger: 0.39 GB with one 69k-line shard, 0.92 GB with two workers on 100k-line shards)."""
+WARMUP_BYTES_PER_BLOCK = 24 * 1024
+"""Resident bytes the warm-up holds per sampled block (its ~5 sentences tokenised and tagged; measured ~15 KB: 2.58 GB
+anonymous at 10k blocks, 2.87 GB at 30k)."""
+BLOCK_LIST_BYTES_PER_BLOCK = 24 * 1024
+"""Resident bytes a block costs while ``BlockStore`` holds its title and body wordpieces as Python lists (corpora up
+to its ``in_memory_limit`` blocks); measured ~15 KB: the trainer's tree 1.28 GB anonymous at 10k blocks, 1.57 GB at
+30k (the Flat index, 0.5 KB a block in each of trainer and builder, included)."""
+BLOCKS_PER_PASSAGE = 1.1
+"""Blocks a generated passage is taken to give before the data stage has counted them (measured 1.00 with 75-word
+passages; 1.28 with 100 made-up words, which pass 288 wordpieces)."""
+EVAL_EXAMPLES = 64
+"""Held-out cloze queries of the evaluation stage."""
+EVAL_K = 16
+"""A generous top-k for the streamed search's running top-k (the tiny config retrieves 4 + 2)."""
 
 
 @dataclass(kw_only=True, slots=True)
@@ -90,14 +120,47 @@ def ivf_factory(num_blocks: int) -> str:
 FACTORIES = {"flat": lambda n: "Flat", "ivfpq": ivf_factory, "hnsw": lambda n: "HNSW32"}
 
 
+def _num_blocks(ctx: Context) -> int:
+    """The blocks the data stage cut (its ``summary.json``), or ``BLOCKS_PER_PASSAGE`` a passage before it ran."""
+    summary = ctx.run / "summary.json"
+    if summary.exists():
+        return int(json.loads(summary.read_text(encoding="utf-8"))["num_blocks"])
+    return int(ctx.num_passages * BLOCKS_PER_PASSAGE)
+
+
+def _block_lists_bytes(ctx: Context) -> int:
+    """What ``BlockStore`` holds in lists: every block up to its ``in_memory_limit``, none above it."""
+    limit = inspect.signature(BlockStore).parameters["in_memory_limit"].default
+    blocks = _num_blocks(ctx)
+    return 0 if blocks > limit else blocks * BLOCK_LIST_BYTES_PER_BLOCK
+
+
 def _index_bytes(ctx: Context, factory: str) -> int:
-    # note: blocks ~ passages here (the corpus keeps a passage to about one block); 1.5x covers the longer ones
-    num = int(ctx.num_passages * 1.5)
+    num = _num_blocks(ctx)
     return expected_index_bytes(factory, num, EMBED_DIM) or num * EMBED_DIM * 4
 
 
 def _realm(*args: str) -> Callable[[Context], list[str]]:
     return lambda ctx: [ctx.python, "-m", "realm.cli.main", *[a.format(R=ctx.run, T=ctx.tokenizer) for a in args]]
+
+
+def _streamed_search_bytes() -> int:
+    """``realm.index.streamed``'s peak as ``eval.exact_chunk_blocks`` sets it (realm.pretrain.config.EvalConfig)."""
+    chunk = EvalConfig().exact_chunk_blocks
+    return chunk * (EMBED_DIM + min(EVAL_EXAMPLES, QUERY_BLOCK)) * 4 + EVAL_EXAMPLES * EVAL_K * 12
+
+
+def _tag_bound(ctx: Context) -> int:
+    """The caller and its workers, each worker holding one shard (``TagStageConfig.shard_size`` lines) at most."""
+    lines = TagStageConfig().shard_size
+    return (1 + TAG_WORKERS) * PROCESS_BYTES + TAG_WORKERS * lines * TAG_BYTES_PER_LINE
+
+
+def _warmup_bound(ctx: Context) -> int:
+    """Training BERT-base, plus the sentences of the ``task.max_blocks`` blocks configs/warmup/base.yaml samples."""
+    config = yaml.safe_load((REPO / "configs" / "warmup" / "base.yaml").read_text(encoding="utf-8"))
+    sampled = min(_num_blocks(ctx), config["task"]["max_blocks"] or _num_blocks(ctx))
+    return _training_bound(BERT_BASE_PARAMS, 2, 384, 12, 768) + sampled * WARMUP_BYTES_PER_BLOCK
 
 
 def _training_bound(params: int, batch: int, length: int, layers: int, hidden: int, processes: int = 1) -> int:
@@ -147,7 +210,8 @@ def _index_stage(name: str) -> Stage:
 def _search_stage(name: str) -> Stage:
     return Stage(name=f"search_{name}", cost="per-block", shapes="tiny, 64 queries, k 5",
                  argv=_realm("inspect", f"{{R}}/index_{name}", "--queries", "{R}/queries.txt", "--k", "5", "--json"),
-                 bound_bytes=lambda ctx: PROCESS_BYTES + _index_bytes(ctx, FACTORIES[name](ctx.num_passages)))
+                 bound_bytes=lambda ctx: PROCESS_BYTES + _index_bytes(ctx, FACTORIES[name](ctx.num_passages))
+                 + _block_lists_bytes(ctx))
 
 
 STAGES: tuple[Stage, ...] = (
@@ -158,12 +222,12 @@ STAGES: tuple[Stage, ...] = (
           argv=lambda ctx: _realm("real-text", "--out={R}", f"--corpus.path={ctx.out / 'corpus.tsv'}",
                                   "--corpus.format=dpr_tsv", "--stop_after=data", "--init_from={T}",
                                   "--pretrain_config=configs/pretrain/base.yaml", "--tagging.kind=rule")(ctx)),
-    Stage(name="tag", cost="data", shapes="rule tagger, 2 workers", bound_bytes=lambda ctx: 3 * PROCESS_BYTES,
-          argv=_realm("tag", *_PRETRAIN, "--workers", "2")),
+    Stage(name="tag", cost="data", shapes=f"rule tagger, {TAG_WORKERS} workers", bound_bytes=_tag_bound,
+          argv=_realm("tag", *_PRETRAIN, "--workers", str(TAG_WORKERS))),
     Stage(name="warmup", cost="per-token", shapes=f"BERT-base, batch 2, {WARM_START_STEPS} steps",
           argv=_realm("warmup", "--config", "configs/warmup/base.yaml", "--train.run_dir={R}/warmup",
                       "--tagging.kind=rule", *_WARM),
-          bound_bytes=lambda ctx: _training_bound(BERT_BASE_PARAMS, 2, 384, 12, 768)),
+          bound_bytes=_warmup_bound),
     Stage(name="ict", cost="per-token", shapes=f"BERT-base, batch 2, {WARM_START_STEPS} steps",
           argv=_realm("ict", "--config", "configs/ict/base.yaml", "--train.run_dir={R}/ict", "--ict.loader_workers=0",
                       *_WARM),
@@ -172,11 +236,11 @@ STAGES: tuple[Stage, ...] = (
     Stage(name="train", cost="per-block", shapes=f"tiny, 128-d Flat index, {TRAIN_STEPS} steps",
           argv=_realm("train", *_PRETRAIN, f"--train.max_steps={TRAIN_STEPS}", "--refresh.refresh_interval=1000"),
           bound_bytes=lambda ctx: 2 * PROCESS_BYTES + TINY_PARAMS * 4 * TRAINING_COPIES
-          + 2 * _index_bytes(ctx, "Flat")),
+          + 2 * _index_bytes(ctx, "Flat") + _block_lists_bytes(ctx)),
     *(_index_stage(name) for name in FACTORIES),
     *(_search_stage(name) for name in FACTORIES),
-    Stage(name="evaluate", cost="per-block", shapes="tiny, exact streamed search, 64 held-out",
-          argv=_realm("evaluate-mlm", "{R}/train", "--max-examples", "64", "--json", "{R}/heldout.json"),
-          bound_bytes=lambda ctx: PROCESS_BYTES + _index_bytes(ctx, "Flat")),
+    Stage(name="evaluate", cost="per-block", shapes=f"tiny, exact streamed search, {EVAL_EXAMPLES} held-out",
+          argv=_realm("evaluate-mlm", "{R}/train", "--max-examples", str(EVAL_EXAMPLES), "--json", "{R}/heldout.json"),
+          bound_bytes=lambda ctx: PROCESS_BYTES + _streamed_search_bytes() + _block_lists_bytes(ctx)),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)

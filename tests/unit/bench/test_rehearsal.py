@@ -96,18 +96,18 @@ def test_builder_phases_split_a_build_log_into_embedding_and_faiss(tmp_path):
 
 
 def test_markdown_table_has_a_row_per_stage_with_exponents_and_the_projection():
-    run = {"wall_s": 2.0, "peak_rss_bytes": 1 << 30, "bound_bytes": 2 << 30}
+    run = {"wall_s": 2.0, "peak_rss_bytes": 1 << 30, "peak_anon_bytes": 1 << 29, "bound_bytes": 2 << 30}
     result = {
         "passages": [10, 20],
         "stages": {"tag": {"cost": "data", "shapes": "rule", "runs": {"10": run, "20": run | {"wall_s": 4.0}},
-                           "wall_exponent": 1.0, "rss_exponent": 0.0},
+                           "wall_exponent": 1.0, "rss_exponent": 0.0, "anon_exponent": 0.5},
                    "ict": {"cost": "per-token", "shapes": "BERT-base", "runs": {}, "wall_exponent": None,
                            "rss_exponent": None, "not_run": "after tag failed"}},
         "projection": [fit.project(8, 0.0).to_dict()],
         "assumptions": fit.assumptions(),
     }  # fmt: skip
     table = fit.markdown(result)
-    assert "| tag | data | rule | 2.0 | 4.0 | 1.00 | 1.00 | 1.00 | 0.00 | 2.00 |" in table
+    assert "| tag | data | rule | 2.0 | 4.0 | 1.00 | 1.00 / 0.50 | 1.00 / 0.50 | 0.00 | 0.50 | 2.00 |" in table
     assert "| ict (after tag failed) |" in table
     assert "| 8 (1 + 7) | Flat |" in table and "GPU_BUILDER_BLOCKS_PER_S = 1,546.0" in table
 
@@ -117,3 +117,40 @@ def test_scale_tests_are_skipped_by_the_default_command():
     out = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "1 skipped" in out.stdout and "passed" not in out.stdout
+
+
+def test_measure_reports_the_peak_of_the_whole_process_tree_and_fails_with_the_log(tmp_path):
+    measure = importlib.import_module("rehearsal_measure")
+    # a parent holding 100 MB starts a child holding 200 MB; both sleep so the polls see them together
+    child = "import time; b = bytearray(200 << 20); time.sleep(1.5)"
+    parent = f"import subprocess, sys, time; b = bytearray(100 << 20); subprocess.run([sys.executable, '-c', {child!r}])"
+    got = measure.measure([sys.executable, "-c", parent], tmp_path / "ok.log")
+    assert got.max_processes == 2 and got.peak_anon_bytes >= 290 << 20 and got.peak_rss_bytes >= got.peak_anon_bytes
+    assert got.wall_s >= 1.5
+    with pytest.raises(measure.StageFailed, match="exit code 3") as err:
+        measure.measure([sys.executable, "-c", "print('what went wrong'); raise SystemExit(3)"], tmp_path / "bad.log")
+    assert "what went wrong" in str(err.value)
+
+
+def test_ivf_list_count_keeps_39_training_points_a_list_up_to_the_config_4096():
+    stages = importlib.import_module("rehearsal_stages")
+    assert stages.ivf_factory(10_000) == "IVF256,PQ32"  # 10,000 / 39 = 256.4
+    assert stages.ivf_factory(100_000) == "IVF2048,PQ32"
+    assert stages.ivf_factory(1_000_000) == "IVF4096,PQ32"
+
+
+def test_memory_bounds_grow_with_n_only_through_the_index(tmp_path):
+    stages = importlib.import_module("rehearsal_stages")
+
+    def bounds(n):
+        ctx = stages.Context(out=tmp_path, num_passages=n, tokenizer="unused")
+        return {stage.name: stage.bound_bytes(ctx) for stage in stages.STAGES}
+
+    mid, large = bounds(300_000), bounds(1_000_000)  # both past the warm-up's sample and BlockStore's list limit
+    indexed = {"train", "index_flat", "index_ivfpq", "index_hnsw", "search_flat", "search_ivfpq", "search_hnsw"}
+    assert {name for name in mid if mid[name] != large[name]} == indexed
+    flat_growth = 700_000 * stages.BLOCKS_PER_PASSAGE * stages.EMBED_DIM * 4
+    assert large["search_flat"] - mid["search_flat"] == pytest.approx(flat_growth, rel=0.01)
+    # under BlockStore's in_memory_limit (200k blocks) the bounds carry its block lists; above it they do not
+    lists = [stages._block_lists_bytes(stages.Context(out=tmp_path, num_passages=n, tokenizer="")) for n in (1e5, 1e6)]
+    assert lists == [int(100_000 * stages.BLOCKS_PER_PASSAGE) * stages.BLOCK_LIST_BYTES_PER_BLOCK, 0]
