@@ -31,7 +31,9 @@ from rehearsal_measure import StageFailed, measure, offline_env  # noqa: E402
 from rehearsal_stages import FACTORIES, STAGE_NAMES, STAGES, Context  # noqa: E402
 
 NUM_QUERIES = 64
-PROJECTED_GPUS = (8, 64)
+PROJECTED_GPUS = ((8, 1), (8, 4), (64, 1), (64, 16))
+"""(GPUs, of which builder GPUs): launch/pretrain.sh's default (the builder on the last GPU) and a builder spread over
+several (BUILDER_GPUS, BUILDER_NODES=all), since one builder GPU cannot refresh 21M blocks within max_staleness steps."""
 _LOG_TIME = re.compile(r"^(\d\d):(\d\d):(\d\d) ")
 
 
@@ -120,7 +122,8 @@ def summarise(sizes: list[int], by_size: dict[int, dict[str, Any]], names: list[
         run = stages.get(f"index_{name}", {}).get("runs", {}).get(largest, {})
         if "faiss_s" in run:
             per_block = run["faiss_s"] / sizes[-1]
-            projection += [project(g, per_block, factory=factory(sizes[-1])).to_dict() for g in PROJECTED_GPUS]
+            projection += [project(g, per_block, factory=factory(sizes[-1]), builder_gpus=b).to_dict()
+                           for g, b in PROJECTED_GPUS]  # fmt: skip
     return {"passages": sizes, "stages": stages, "projection": projection, "assumptions": assumptions()}
 
 
