@@ -5,10 +5,10 @@ For each N (``--passages 100000,300000,1000000``): ``bench/rehearsal_corpus.py``
 not the Vital leads repeated; that file says why), then the stages of ``bench/rehearsal_stages.py`` run in order in
 ``OUT/n-N/``: blocks and cloze sets (``realm real-text --stop_after=data``), tagging (``realm tag``, rule tagger),
 reader warm-up and ICT (BERT-base, random init, 2 steps each), the trainer with its child builder over the N-block
-Flat index (tiny model), the builder once per index (``realm index --once``: Flat, IVF-PQ, HNSW), search of each
-(``realm inspect --queries``), and the held-out evaluation (``realm evaluate-mlm``, streamed exact search). Each
-stage's peak resident memory (the whole process tree) is set against the bound its config implies. Then, per stage,
-the log-log slope of wall and peak over N, and the projection to DPR's 21M passages on 8 and 64 GPUs
+Flat index (tiny model), the builder for each other index (``realm index --once``: IVF-PQ, HNSW), search of all
+three (``realm inspect --queries``), and the held-out evaluation (``realm evaluate-mlm``, streamed exact search).
+Each stage's peak anonymous memory (the whole process tree) is set against the bound its config implies. Then, per
+stage, the log-log slope of wall and peak over N, and the projection to DPR's 21M passages on 8 and 64 GPUs
 (``bench/rehearsal_fit.py``: each assumption named there).
 
     python bench/rehearsal.py --passages 10000,30000 --out /tmp/rehearsal --json rehearsal.json
@@ -28,12 +28,12 @@ from typing import Any
 from harness import REPO, minilm_path, write_json  # isort:skip  (first: no hub, no W&B network, repository importable)
 from rehearsal_fit import assumptions, growth_exponent, markdown, project  # noqa: E402
 from rehearsal_measure import StageFailed, measure, offline_env  # noqa: E402
-from rehearsal_stages import FACTORIES, STAGE_NAMES, STAGES, Context  # noqa: E402
+from rehearsal_stages import FACTORIES, STAGE_NAMES, STAGES, Context, index_run  # noqa: E402
 
 NUM_QUERIES = 64
 PROJECTED_GPUS = ((8, 1), (8, 4), (64, 1), (64, 16))
 """(GPUs, of which builder GPUs): launch/pretrain.sh's default (the builder on the last GPU) and a builder spread over
-several (BUILDER_GPUS, BUILDER_NODES=all), since one builder GPU cannot refresh 21M blocks within max_staleness steps."""
+several (BUILDER_GPUS, BUILDER_NODES=all): one builder GPU cannot refresh 21M blocks within max_staleness steps."""
 _LOG_TIME = re.compile(r"^(\d\d):(\d\d):(\d\d) ")
 
 
@@ -119,7 +119,7 @@ def summarise(sizes: list[int], by_size: dict[int, dict[str, Any]], names: list[
     projection = []
     largest = str(sizes[-1])
     for name, factory in FACTORIES.items():
-        run = stages.get(f"index_{name}", {}).get("runs", {}).get(largest, {})
+        run = stages.get(index_run(name), {}).get("runs", {}).get(largest, {})
         if "faiss_s" in run:
             per_block = run["faiss_s"] / sizes[-1]
             projection += [project(g, per_block, factory=factory(sizes[-1]), builder_gpus=b).to_dict()

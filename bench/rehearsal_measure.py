@@ -2,9 +2,9 @@
 
 Peak RSS is the largest sum of the resident sets of the command and every descendant seen at once (psutil, polled
 every ``POLL_S``): a stage that forks tagging workers or spawns the index builder is charged for all of them
-together, as the machine must hold them together. Polling can miss a spike shorter than ``POLL_S``, so the largest
-single-process peak the kernel recorded (``ru_maxrss`` of the waited-for children) is kept too, and the figure
-reported is the larger of the two.
+together, as the machine must hold them together. Polling can miss a spike shorter than ``POLL_S``; the kernel's
+``ru_maxrss`` of waited-for children is no remedy here, since a child forked from this process starts with this
+process's resident pages (torch and datasets imported: ~0.45 GB) and its maximum then counts them.
 
 Resident memory counts the pages of memory-mapped files a process has touched (the blocks' Arrow files, an index's
 embeddings memmap), which the kernel can drop and read again under pressure. The anonymous part (resident minus
@@ -15,7 +15,6 @@ what the bounds of ``bench/rehearsal_stages.py`` are checked against; both are r
 from __future__ import annotations
 
 import os
-import resource
 import subprocess
 import time
 from dataclasses import asdict, dataclass
@@ -40,13 +39,9 @@ class Measured:
     wall_s: float
     """Seconds from start to exit."""
     peak_rss_bytes: int
-    """Largest resident memory of the process tree at once (or of its largest process, if that was larger)."""
+    """Largest polled sum of the tree's resident memory."""
     peak_anon_bytes: int
     """Largest polled sum over the tree of resident memory not backed by a file (RSS minus shared pages)."""
-    peak_tree_rss_bytes: int
-    """Largest polled sum over the tree."""
-    max_process_rss_bytes: int
-    """Largest peak of any one process of the tree (the kernel's ``ru_maxrss``)."""
     max_processes: int
     """Most processes of the tree alive at one poll."""
 
@@ -76,7 +71,6 @@ def measure(argv: Sequence[str], log: Path, env: dict[str, str] | None = None, c
     """Runs ``argv`` with its output going to ``log`` and returns its wall time and peak memory; a non-zero exit
     raises ``StageFailed`` with the end of the log."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     peak_tree, peak_anon, max_processes = 0, 0, 0
     start = time.perf_counter()
     with log.open("w", encoding="utf-8") as out:
@@ -87,16 +81,11 @@ def measure(argv: Sequence[str], log: Path, env: dict[str, str] | None = None, c
             peak_tree, peak_anon, max_processes = max(peak_tree, rss), max(peak_anon, anon), max(max_processes, count)
             time.sleep(POLL_S)
     wall = time.perf_counter() - start
-    # note: ru_maxrss of RUSAGE_CHILDREN is the max over every child this process ever waited for (KB on Linux), so
-    # it only speaks for this stage when it rose during it; earlier, larger stages would otherwise mask it
-    after = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-    max_process = after * 1024 if after > before else 0
     if child.returncode != 0:
         tail = "\n".join(log.read_text(encoding="utf-8", errors="replace").splitlines()[-LOG_TAIL_LINES:])
         raise StageFailed(f"{' '.join(argv)} failed (exit code {child.returncode}); end of {log}:\n{tail}")
-    return Measured(wall_s=round(wall, 2), peak_rss_bytes=max(peak_tree, max_process), peak_anon_bytes=peak_anon,
-                    peak_tree_rss_bytes=peak_tree,
-                    max_process_rss_bytes=max_process, max_processes=max_processes)  # fmt: skip
+    return Measured(wall_s=round(wall, 2), peak_rss_bytes=peak_tree, peak_anon_bytes=peak_anon,
+                    max_processes=max_processes)
 
 
 def offline_env(threads: int) -> dict[str, str]:
