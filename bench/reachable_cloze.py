@@ -34,7 +34,7 @@ from realm.models.pretrained import model_tokenizer  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.heldout_eval import embed_corpus, gold_block_ids, gold_hits, heldout_outcomes  # noqa: E402
 from realm.pretrain.reachable_cloze import ReachableClozeConfig, write_reachable_cloze  # noqa: E402
-from realm.pretrain.saved_run import load_run  # noqa: E402
+from realm.pretrain.saved_run import LoadedRun, load_run  # noqa: E402
 
 
 def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
@@ -56,11 +56,15 @@ def corpus_blocks(args: argparse.Namespace, out: Path):
     return load_blocks(build_blocks_from_config(corpus, tokenizer, out / "blocks"))
 
 
-def evaluate_cloze(run_dir: Path, files: dict[str, Path]) -> dict[str, dict]:
-    """Each cloze file read by the run's newest model: ``items``, span accuracy with retrieval and closed book, gold
-    recall at 1 and k (when every item names its gold article in ``entity``) and the per-item outcomes."""
-    run = load_run(run_dir)
-    cfg = run.cfg
+def evaluate_cloze(run_dir: Path, files: dict[str, Path], checkpoint: str | None = None) -> dict[str, dict]:
+    """Each cloze file read by the run's newest model (or ``checkpoint``'s): ``evaluate_loaded``."""
+    return evaluate_loaded(load_run(run_dir, checkpoint), files)
+
+
+def evaluate_loaded(run: LoadedRun, files: dict[str, Path]) -> dict[str, dict]:
+    """Each cloze file read by ``run``'s model (on its device): ``items``, span accuracy with retrieval and closed
+    book, gold recall at 1 and k (when every item names its gold article in ``entity``) and the per-item outcomes."""
+    cfg, run_dir = run.cfg, run.run_dir
     index = BruteForceIndex(embed_corpus(run.model.retriever.doc_embedder, run.store.blocks, run.special,
                                          cfg.retriever.max_block_length))  # fmt: skip
     table = {}
