@@ -8,14 +8,18 @@ pre-registered test (``bench/realm_stage_analysis.py``).
         [--pipeline-set tagging.kind=rule ...]
     python bench/realm_stage.py --analyse OUT [OUT ...] [--json F]
 
+``--cloze`` names every endpoint evaluated; ``--primary`` the ones tested (the Holm family,
+``realm_stage_analysis.HOLM_FAMILY``; default all), fixed in ``OUT/stage.json`` before the first step.
+
 ``RUN`` is a ``realm real-text`` run folder with its warm start (``--stop_after=warm_start`` suffices): ``blocks``,
 ``cloze/pretrain.jsonl`` (X), ``warmup/encoder`` and ``ict/retriever``; ``--config`` is the real-text config that made
 it (its pre-training recipe), ``--pipeline-set`` the real-text keys given on its command line (e.g.
 ``tagging.kind=rule``; its ``pretrain_overrides`` go to ``--set``), ``--init-from`` its ``init_from`` (default:
 all-MiniLM-L6-v2's folder, unless RUN has its own ``tokenizer``, i.e. started from scratch). Each row's pre-training
 config is the pipeline's own (``realm.pipeline.real_text.pretrain_config``), then ``--set`` (dotted pre-training
-keys), then the row's ``ROW_SETTINGS``, into ``OUT/ROW``. Rows: ``warm`` (the start itself, evaluated at step 0 only: every row's step 0 is
-this model), ``realm``, ``closed_book`` (``train.loss=closed_book``) and ``frozen`` (``retriever.frozen=true``).
+keys), then the row's ``ROW_SETTINGS``, into ``OUT/ROW``. Rows: ``warm`` (the start itself, evaluated at step 0
+only: every row's step 0 is this model), ``realm``, ``closed_book`` (``train.loss=closed_book``) and ``frozen``
+(``retriever.frozen=true``).
 
 Resumable, and the schedule does not depend on how often it was resumed: every row has ``train.max_steps = --steps``
 (the learning-rate schedule's length), checkpoints every gcd of the evaluation steps, and each invocation of the
@@ -66,7 +70,7 @@ ROW_SETTINGS: dict[str, tuple[str, ...] | None] = {
     "frozen": ("retriever.frozen=true",),
 }
 """Each row's pre-training keys, applied after ``--set`` so that no ``--set`` can undo what defines the row."""
-RECORDED = ("start", "config", "pipeline_set", "init_from", "seed", "steps", "eval_at", "cloze", "set",
+RECORDED = ("start", "config", "pipeline_set", "init_from", "seed", "steps", "eval_at", "cloze", "primary", "set",
             "heldout_sentences")
 """``stage.json``'s keys: a rerun must agree on all of them (rows may be added)."""
 
@@ -221,6 +225,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--pipeline-set", action="append", default=[], metavar="KEY=VALUE",
                         help="a real-text key the start was made with (e.g. tagging.kind=rule)")
     parser.add_argument("--cloze", nargs="+", default=[], help="NAME=PATH endpoint files (held-out cloze schema)")
+    parser.add_argument("--primary", default=None, help="the tested endpoints, comma-separated (default: all)")
     parser.add_argument("--heldout-sentences", default=None, help="sentences X must skip (default: see above)")
     parser.add_argument("--rows", default=",".join(ROWS))
     parser.add_argument("--steps", type=int, default=3000)
@@ -253,6 +258,9 @@ def main(argv: list[str] | None = None) -> int:
             write_json(args.json, result)
             return 0
         files = cloze_files(args.cloze)
+        args.primary = sorted(args.primary.split(",") if args.primary else files)
+        if set(args.primary) - set(files):
+            raise BenchError(f"--primary names no --cloze endpoint: {sorted(set(args.primary) - set(files))}")
         for row in args.rows:
             row_overrides(row, [])  # note: an unknown row is refused before any row trains
         if args.init_from is None and not (Path(args.start) / "tokenizer").is_dir():

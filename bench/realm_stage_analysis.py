@@ -22,7 +22,9 @@ OUTCOME = "span_correct"
 applied to every model, the closed-book row included, whose retriever is the ICT one it never trained). The
 closed-book outcomes (``closed_book_span_correct``) are reported as accuracies, not tested."""
 HOLM_FAMILY = ("endpoint", "control")
-"""The Holm family of one seed: every (endpoint, control) pair, i.e. ``len(endpoints) x len(CONTROLS)`` tests. The
+"""The Holm family of one seed: every (primary endpoint, control) pair, ``len(primary) x len(CONTROLS)`` tests (the
+primary endpoints are ``stage.json``'s ``primary``, fixed by ``--primary`` before the run; the other endpoints'
+accuracies are reported, not tested). The
 claim the stage is run for ("REALM's steps add what no control explains") needs every control on an endpoint, so
 correcting across controls as well as endpoints keeps the chance of any false claim of a seed at ``ALPHA``."""
 ALPHA = 0.05
@@ -66,17 +68,18 @@ def last_step(row: str, final: int) -> int:
     return 0 if row == "warm" else final
 
 
-def seed_tests(outcomes: dict[str, dict[int, dict]], final: int) -> list[dict]:
-    """The family of one seed: per endpoint of REALM's last evaluation and per control, the items only REALM gets
-    right, only the control does, the exact McNemar p and its Holm adjustment over the tests found; a pair not yet
-    evaluated is listed with ``p`` None and makes the family incomplete (``AnalysisError`` is for mismatched items)."""
+def seed_tests(outcomes: dict[str, dict[int, dict]], final: int, primary: list[str]) -> list[dict]:
+    """The family of one seed: per primary endpoint and per control, the items only REALM gets right at ``final``,
+    only the control does at its last step, the exact McNemar p and its Holm adjustment over the tests found; a pair
+    not yet evaluated is listed with ``p`` None and makes the family incomplete (``AnalysisError`` is for mismatched
+    items)."""
     realm = outcomes.get(TREATMENT, {}).get(final)
     tests = []
-    for endpoint in sorted(realm["sets"]) if realm else []:
+    for endpoint in sorted(primary) if realm else []:
         for control in CONTROLS:
             other = outcomes.get(control, {}).get(last_step(control, final))
             test = {"endpoint": endpoint, "control": control, "step": final, "p": None}
-            if other is not None and endpoint in other["sets"]:
+            if endpoint in realm["sets"] and other is not None and endpoint in other["sets"]:
                 a, b = realm["sets"][endpoint][OUTCOME], other["sets"][endpoint][OUTCOME]
                 if len(a) != len(b):
                     raise AnalysisError(f"{endpoint}: {TREATMENT} has {len(a)} items and {control} {len(b)}")
@@ -98,8 +101,8 @@ def accuracy_rows(outcomes: dict[str, dict[int, dict]]) -> list[dict]:
         for step, record in sorted(steps.items()):
             for endpoint, figures in record["sets"].items():
                 rows.append({"endpoint": endpoint, "row": row, "step": step, "items": figures["items"],
-                             "retrieval": figures["span_accuracy"],
-                             "closed_book": figures["closed_book_span_accuracy"]})  # fmt: skip
+                             "retrieval": figures["span_accuracy"], "closed_book": figures["closed_book_span_accuracy"],
+                             "gold_recall_at_k": figures.get("gold_recall_at_k")})  # fmt: skip
     return sorted(rows, key=lambda r: (r["endpoint"], r["row"], r["step"]))
 
 
@@ -113,7 +116,8 @@ def analyse(outs: list[Path]) -> dict:
             raise AnalysisError(f"{stage_path}: no such file (is {out} a bench/realm_stage.py --out folder?)")
         stage = json.loads(stage_path.read_text(encoding="utf-8"))
         outcomes = load_outcomes(Path(out))
-        tests = seed_tests(outcomes, max(stage["eval_at"]))
+        # note: the primary endpoints are fixed before any run (stage.json); the others are reported, not tested
+        tests = seed_tests(outcomes, max(stage["eval_at"]), stage.get("primary") or sorted(stage.get("cloze", {})))
         seeds.append({"out": str(out), "seed": stage["seed"], "final_step": max(stage["eval_at"]),
                       "family_complete": bool(tests) and all(t["p"] is not None for t in tests),
                       "accuracy": accuracy_rows(outcomes), "tests": tests})  # fmt: skip
@@ -121,7 +125,7 @@ def analyse(outs: list[Path]) -> dict:
     decision = [{"endpoint": e, "control": c, "realm_better_in_every_seed": all(
         any(t["endpoint"] == e and t["control"] == c and t.get("significant") for t in s["tests"]) for s in seeds)}
         for e, c in pairs]  # fmt: skip
-    return {"holm_family": "x".join(HOLM_FAMILY), "alpha": ALPHA, "outcome": OUTCOME, "seeds": seeds,
+    return {"holm_family": " x ".join(HOLM_FAMILY), "alpha": ALPHA, "outcome": OUTCOME, "seeds": seeds,
             "decision": decision}  # fmt: skip
 
 
@@ -133,9 +137,11 @@ def format_analysis(result: dict) -> str:
     lines = []
     for seed in result["seeds"]:
         lines += [f"## seed {seed['seed']} ({seed['out']}); tested at step {seed['final_step']}", "",
-                  "| endpoint | row | step | items | with retrieval | closed book |", "|---|---|---|---|---|---|"]
+                  "| endpoint | row | step | items | with retrieval | closed book | gold recall@k |",
+                  "|---|---|---|---|---|---|---|"]  # fmt: skip
         lines += [f"| {r['endpoint']} | {r['row']} | {r['step']} | {r['items']} | {_cell(r['retrieval'])} | "
-                  f"{_cell(r['closed_book'])} |" for r in seed["accuracy"]]  # fmt: skip
+                  f"{_cell(r['closed_book'])} | {_cell(r['gold_recall_at_k'])} |"
+                  for r in seed["accuracy"]]  # fmt: skip
         lines += ["", f"| endpoint | {TREATMENT} against | only {TREATMENT} / only control | McNemar p | Holm p |",
                   "|---|---|---|---|---|"]  # fmt: skip
         for t in seed["tests"]:

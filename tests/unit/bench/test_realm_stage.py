@@ -57,7 +57,8 @@ def test_a_rerun_evaluates_only_the_missing_step_from_its_own_checkpoint(tmp_pat
     cfg = SimpleNamespace(train=SimpleNamespace(run_dir=str(row_dir)))
     loaded, trained = [], []
     monkeypatch.setattr(stage, "start_config", lambda args, row, out: cfg)
-    monkeypatch.setattr(stage, "list_published", lambda parent, prefix: [(2, tmp_path / "c2"), (4, tmp_path / "c4")])
+    published = [(2, tmp_path / "c2"), (4, tmp_path / "c4")]
+    monkeypatch.setattr(stage, "list_published", lambda parent, prefix: published)
     monkeypatch.setattr(stage, "train_to", lambda cfg, step: trained.append(step))
 
     def load_run(run_dir, checkpoint):
@@ -82,7 +83,8 @@ def test_a_row_config_is_the_pipelines_with_the_stages_schedule_and_the_rows_key
     (start / "cloze" / "pretrain.jsonl").write_text("")
     args = SimpleNamespace(start=str(start), config=str(ROOT / "configs/real_text/default.yaml"), init_from=None,
                            seed=5, steps=6, eval_at=[0, 2, 4, 6], set=["refresh.refresh_interval=100"],
-                           heldout_sentences="/x/heldout_sentences.txt", pipeline_set=["tagging.kind=rule"])  # fmt: skip
+                           heldout_sentences="/x/heldout_sentences.txt",
+                           pipeline_set=["tagging.kind=rule"])  # fmt: skip
     cfg = stage.start_config(args, "closed_book", tmp_path / "out")
     assert cfg.train.loss == "closed_book" and cfg.refresh.refresh_interval == 100
     assert Path(cfg.train.run_dir) == tmp_path / "out" / "closed_book"
@@ -111,7 +113,8 @@ def _control(only_realm: int, only_control: int) -> list[int]:
 def _synthetic_seed(out: Path, with_frozen: bool = True) -> None:
     realm = [1] * 10 + [0] * 10
     (out).mkdir(parents=True)
-    (out / analysis.STAGE_FILE).write_text(json.dumps({"seed": 0, "eval_at": [0, 2, 4]}))
+    # note: no "primary": every endpoint is, as without --primary
+    (out / analysis.STAGE_FILE).write_text(json.dumps({"seed": 0, "eval_at": [0, 2, 4], "cloze": {"a": "", "b": ""}}))
     _write(out, "realm", 2, {"a": [0] * 20, "b": [0] * 20})  # an earlier step, which the test must not read
     _write(out, "realm", 4, {"a": realm, "b": realm})
     _write(out, "warm", 0, {"a": _control(8, 1), "b": _control(10, 0)})
@@ -167,3 +170,15 @@ def test_items_that_differ_in_number_are_refused(tmp_path):
     _write(tmp_path / "seed0", "frozen", 4, {"a": [1] * 19, "b": _control(3, 0)})
     with pytest.raises(analysis.AnalysisError, match="a: realm has 20 items and frozen 19"):
         analysis.analyse([tmp_path / "seed0"])
+
+
+def test_only_the_primary_endpoints_form_the_family_and_the_others_are_still_reported(tmp_path):
+    _synthetic_seed(tmp_path / "seed0")
+    (tmp_path / "seed0" / analysis.STAGE_FILE).write_text(json.dumps({"seed": 0, "eval_at": [0, 2, 4],
+                                                                      "primary": ["b"]}))  # fmt: skip
+    seed = analysis.analyse([tmp_path / "seed0"])["seeds"][0]
+    assert [(t["endpoint"], t["control"]) for t in seed["tests"]] == [("b", "warm"), ("b", "closed_book"),
+                                                                       ("b", "frozen")]  # fmt: skip
+    # Holm over 3: 2/1024 * 3; 0.25 * 2; 1.0
+    assert [t["p_holm"] for t in seed["tests"]] == pytest.approx([6 / 1024, 1.0, 0.5])
+    assert {r["endpoint"] for r in seed["accuracy"]} == {"a", "b"}
