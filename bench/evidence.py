@@ -56,7 +56,8 @@ import torch  # noqa: E402
 
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging, read_metrics  # noqa: E402
-from realm.data.blocks import BlockStore, build_blocks_from_config, load_blocks  # noqa: E402
+from realm.data.block_store import BlockStore  # noqa: E402
+from realm.data.blocks import build_blocks_from_config, load_blocks  # noqa: E402
 from realm.data.corpus import CorpusConfig  # noqa: E402
 from realm.data.jsonl import iter_jsonl  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402

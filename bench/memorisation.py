@@ -35,7 +35,8 @@ from evidence import ict_embeddings, prepare, pretrain_row  # noqa: E402
 
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
-from realm.data.blocks import BlockStore, load_blocks  # noqa: E402
+from realm.data.block_store import BlockStore  # noqa: E402
+from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402

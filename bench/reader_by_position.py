@@ -20,7 +20,8 @@ from harness import BenchError, write_json  # noqa: E402 isort:skip  (first: no 
 import torch  # noqa: E402
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
-from realm.data.blocks import BlockStore, load_blocks  # noqa: E402
+from realm.data.block_store import BlockStore  # noqa: E402
+from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.tagging import build_tagger  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402

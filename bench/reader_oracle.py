@@ -19,7 +19,8 @@ import numpy as np
 import torch
 
 from realm.core.config import load_config
-from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
+from realm.data.block_store import BlockStore
+from realm.data.blocks import check_blocks_tokenizer, load_blocks
 from realm.data.jsonl import iter_field
 from realm.data.packing import SpecialIds
 from realm.data.sentences import load_jsonl_dataset, prepare_sentences

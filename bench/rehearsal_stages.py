@@ -27,7 +27,7 @@ from typing import Callable
 
 import yaml
 
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 from realm.data.tag_stage import TagStageConfig
 from realm.index.budget import expected_index_bytes
 from realm.index.streamed import QUERY_BLOCK

@@ -25,7 +25,8 @@ from realm.core.logging import init_logging, set_num_threads
 from realm.core.precision import PRECISIONS
 from realm.core.process_exit import exit_code_after_run
 from realm.core.tracking import TrackingConfig, init_trackers, log_wandb_table
-from realm.data.blocks import BlockStore, check_blocks_tokenizer
+from realm.data.block_store import BlockStore
+from realm.data.blocks import check_blocks_tokenizer
 from realm.data.vocab import load_tokenizer
 from realm.finetune.task import TASKS, TaskConfig
 from realm.index import versions

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from realm.core.errors import ConfigError, MissingFileError
-from realm.data.blocks import BlocksInput, BlockStore, load_blocks
+from realm.data.block_store import BlockStore
+from realm.data.blocks import BlocksInput, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
 from realm.index import versions

@@ -20,7 +20,8 @@ from accelerate import Accelerator
 
 from realm.core.logging import eta, progress
 from realm.core.process_exit import exit_code_after_run
-from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
+from realm.data.block_store import BlockStore
+from realm.data.blocks import check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.index.build_version import blocks_fingerprint
 from realm.index.versions import PublishedIndex

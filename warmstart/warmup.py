@@ -25,7 +25,8 @@ from realm.core.errors import ConfigError, run_command
 from realm.core.logging import eta, init_logging, progress
 from realm.core.tracking import TrackingConfig, init_trackers
 from realm.data.articles import TrainingBlocksInput, heldout_blocks
-from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
+from realm.data.block_store import BlockStore
+from realm.data.blocks import check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.tagging import TaggingConfig, build_tagger
 from realm.models.bert import ModelConfig

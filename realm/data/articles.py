@@ -27,7 +27,8 @@ import numpy as np
 
 from realm.core.atomic import write_text_atomic
 from realm.core.errors import ConfigError
-from realm.data.blocks import BlocksInput, BlockStore, uid_hash
+from realm.data.block_store import BlockStore, uid_hash
+from realm.data.blocks import BlocksInput
 
 logger = logging.getLogger(__name__)
 

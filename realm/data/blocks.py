@@ -18,10 +18,9 @@ from bisect import bisect_left, bisect_right
 from itertools import chain, islice
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any, Iterable, Iterator
 
 import datasets
-import numpy as np
 from transformers import PreTrainedTokenizerBase
 
 from realm.core.errors import DataFileError, UserError
@@ -349,52 +348,3 @@ def build_blocks_from_config(cfg: CorpusConfig, tokenizer: PreTrainedTokenizerBa
         save_blocks(blocks, out_dir, stats=stats, tokenizer=tokenizer, overwrite=True)
         del blocks
     return out_dir
-
-
-def uid_hash(uid: str) -> int:
-    """A positive int64 key for a block uid (any string); 0 is reserved for "no source".
-
-    Comparing 8-byte keys instead of 40-character strings keeps a 13M-block corpus's uid table at ~100 MB.
-    """
-    if not uid:
-        return 0
-    digest = hashlib.blake2b(uid.encode("utf-8"), digest_size=8).digest()
-    return (int.from_bytes(digest, "little") & ((1 << 62) - 1)) or 1
-
-
-class BlockStore:
-    """Random access to block wordpieces by block id (row of the blocks dataset).
-
-    Small corpora are held in Python lists (a few MB for the demo); large ones are read from the memory-mapped Arrow
-    table on demand, so a 13M-block corpus costs only its uid-hash array (8 bytes a block) in RAM.
-    """
-
-    def __init__(self, blocks: datasets.Dataset, *, in_memory_limit: int = 200_000) -> None:
-        self.blocks = blocks
-        self.uid_hashes = np.fromiter((uid_hash(u) for u in blocks["uid"]), dtype=np.int64, count=len(blocks))
-        self._titles: list | None = None
-        self._bodies: list | None = None
-        if len(blocks) <= in_memory_limit:
-            # note: `[:]` makes lists; datasets 4+ returns a lazy Column for blocks["x"], and indexing it row by row
-            # read Arrow each time (a fifth of a small model's step went there)
-            self._titles = blocks["title_ids"][:]
-            self._bodies = blocks["body_ids"][:]
-        self._text_columns = blocks.select_columns(["title", "text"])
-
-    def __len__(self) -> int:
-        return len(self.blocks)
-
-    def tokens(self, block_ids: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
-        """(title wordpieces, body wordpieces) of each block."""
-        ids = [int(i) for i in block_ids]
-        if self._titles is not None:
-            return [self._titles[i] for i in ids], [self._bodies[i] for i in ids]
-        rows = self.blocks[ids]
-        return rows["title_ids"], rows["body_ids"]
-
-    def texts(self, block_ids: Sequence[int]) -> tuple[list[str], list[str]]:
-        """(titles, body texts) of each block, read from the Arrow table (QA answer checks and predictions)."""
-        if len(block_ids) == 0:
-            return [], []
-        rows = self._text_columns[[int(i) for i in block_ids]]
-        return rows["title"], rows["text"]

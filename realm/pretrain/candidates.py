@@ -16,7 +16,7 @@ from torch import Tensor
 
 from realm.core.sequences import contains_run
 from realm.data.articles import block_articles
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 from realm.data.packing import SpecialIds, block_batch, pack_pairs, reader_length
 from realm.index.mips import DocumentIndex
 from realm.models.retriever import RetrieverConfig

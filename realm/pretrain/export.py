@@ -32,7 +32,7 @@ from transformers.utils import logging as hf_logging
 
 from realm.core.config import load_config
 from realm.core.errors import ArgumentError, ConfigError, MissingPackageError, RunError
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 from realm.data.packing import SpecialIds
 from realm.index import versions
 from realm.models.retriever import Retriever, RetrieverConfig

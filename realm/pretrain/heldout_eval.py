@@ -18,7 +18,7 @@ import torch
 
 from realm.core.errors import DataFileError
 from realm.core.logging import progress
-from realm.data.blocks import BlockStore, uid_hash
+from realm.data.block_store import BlockStore, uid_hash
 from realm.data.jsonl import iter_field
 from realm.data.packing import SpecialIds
 from realm.index.bm25 import BM25Index

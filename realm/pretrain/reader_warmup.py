@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 from realm.data.masking import MaskingMode
 from realm.data.packing import Movable, SpecialIds, pack_pairs, reader_length
 from realm.data.sentences import prepare_sentences, split_sentences, without_sentences

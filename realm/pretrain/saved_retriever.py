@@ -17,7 +17,8 @@ from transformers import PreTrainedTokenizerBase
 
 from realm.core.config import from_dict, read_yaml
 from realm.core.errors import RunError
-from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
+from realm.data.block_store import BlockStore
+from realm.data.blocks import check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
 from realm.models.retriever import Retriever, RetrieverConfig

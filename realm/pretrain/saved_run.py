@@ -14,7 +14,8 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerBase
 
 from realm.core.errors import RunError
-from realm.data.blocks import BlockStore, check_blocks_tokenizer, load_blocks
+from realm.data.block_store import BlockStore
+from realm.data.blocks import check_blocks_tokenizer, load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
 from realm.models.retriever import resolve_pooling

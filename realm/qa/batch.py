@@ -18,7 +18,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import Dataset
 
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 from realm.data.packing import Movable, SpecialIds, pack_pair, pack_single, pad
 from realm.index.mips import DocumentIndex
 from realm.models.reader import ReaderConfig

@@ -16,7 +16,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 from realm.index.text_bm25 import TextBM25, titled_texts
 
 CandidateSource = Literal["dense", "bm25"]

@@ -18,7 +18,7 @@ import torch
 from accelerate.utils import gather_object
 
 from realm.core.logging import progress
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 from realm.data.packing import SpecialIds
 from realm.index.mips import DocumentIndex
 from realm.models.reader import ReaderConfig

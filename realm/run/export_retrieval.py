@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.atomic import write_text_atomic
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 
 DPR_FILE, TREC_FILE = "retrieval.dpr.json", "run.trec"
 

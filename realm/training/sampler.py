@@ -14,7 +14,7 @@ import numpy as np
 from torch.utils.data import Dataset, Sampler
 
 from realm.core.errors import ConfigError
-from realm.data.blocks import uid_hash
+from realm.data.block_store import uid_hash
 
 
 class KeyedExamples(Dataset):

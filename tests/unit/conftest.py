@@ -5,7 +5,7 @@ import datasets
 import pytest
 import torch
 
-from realm.data.blocks import BlockStore, uid_hash
+from realm.data.block_store import BlockStore, uid_hash
 from realm.data.packing import SpecialIds
 from realm.data.vocab import train_wordpiece
 from realm.pretrain.batch import RealmBatch

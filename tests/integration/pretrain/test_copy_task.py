@@ -18,7 +18,7 @@ import datasets
 import torch
 from transformers import BertConfig
 
-from realm.data.blocks import BlockStore
+from realm.data.block_store import BlockStore
 from realm.data.packing import SpecialIds
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import PretrainCollator, RealmBatch

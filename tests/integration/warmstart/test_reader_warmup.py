@@ -8,7 +8,8 @@ from transformers import BertForMaskedLM
 
 from realm.core.config import load_config
 from realm.core.logging import read_metrics
-from realm.data.blocks import BlockStore, load_blocks
+from realm.data.block_store import BlockStore
+from realm.data.blocks import load_blocks
 from realm.data.masking import MaskingError
 from realm.data.packing import SpecialIds
 from realm.data.tagging import TaggingConfig, build_tagger

@@ -11,7 +11,8 @@ import pytest
 
 from realm.core.errors import ConfigError
 from realm.data.articles import article_keys, block_articles, heldout_blocks, read_article_list, write_article_list
-from realm.data.blocks import BLOCK_FEATURES, BlockStore, uid_hash
+from realm.data.block_store import BlockStore, uid_hash
+from realm.data.blocks import BLOCK_FEATURES
 
 BLOCKS = datasets.Dataset.from_dict(
     {"uid": ["u0", "u1", "u2", "u3", "u4", "u5"], "doc_id": ["101", "102", "103", "ada", "ada", "x9"],

@@ -10,7 +10,8 @@ import datasets
 import pytest
 import torch
 
-from realm.data.blocks import BLOCK_FEATURES, BlockStore
+from realm.data.block_store import BlockStore
+from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.heldout_eval import evaluate_heldout, heldout_outcomes

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from realm.data.blocks import uid_hash
+from realm.data.block_store import uid_hash
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.exploration import batch_generator, explore_candidates

@@ -6,7 +6,8 @@ import pytest
 import torch
 from transformers import BertConfig
 
-from realm.data.blocks import BLOCK_FEATURES, BlockStore, uid_hash
+from realm.data.block_store import BlockStore, uid_hash
+from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import RetrieverConfig
