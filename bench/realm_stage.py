@@ -48,7 +48,8 @@ from realm_stage_analysis import STAGE_FILE, AnalysisError, analyse, eval_file, 
 from realm.core.atomic import write_text_atomic  # noqa: E402
 from realm.core.config import load_config, parse_overrides, save_config  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
-from realm.data.blocks import BlockStore, load_blocks  # noqa: E402
+from realm.data.block_store import BlockStore  # noqa: E402
+from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.cloze_sets import ClozeSets  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
