@@ -70,6 +70,10 @@ class RealTextConfig:
     the warm start nor pre-training, and are the held-out cloze set."""
     max_heldout_sentences: int = 1000
     """A seeded sample of the held-out articles' sentences (0: all)."""
+    heldout_sentences: str = ""
+    """A file of sentences, one a line (``bench/reachable_cloze.py``'s ``heldout_sentences.txt``: the reachable cloze
+    items), that no stage trains on: not a warm-up example, an ICT query or pseudo-document, nor a sentence of X.
+    Their blocks stay in the corpus."""
     vocab_size: int = 16000
     """WordPiece entries when the encoder starts from scratch (``init_from`` brings its own vocabulary)."""
     init_from: str | None = None
@@ -134,7 +138,8 @@ def pretrain_config(cfg: RealTextConfig, data: dict[str, str], sets: ClozeSets, 
              **({"init_encoder": str(out / "warmup" / "encoder")} if warmed else {}),
              **({"max_steps": cfg.pretrain_steps} if cfg.pretrain_steps else {})}  # fmt: skip
     data_section = {**sections.get("data", {}), **data, "sentences": str(sets.pretrain), "heldout": str(sets.heldout),
-                    "tagging": dataclasses.asdict(cfg.tagging)}  # fmt: skip
+                    "tagging": dataclasses.asdict(cfg.tagging),
+                    **({"heldout_sentences": cfg.heldout_sentences} if cfg.heldout_sentences else {})}  # fmt: skip
     model = {**sections.get("model", {}), **({"init_from": cfg.init_from} if cfg.init_from else {})}
     return load_config(PretrainConfig, cfg.pretrain_config, {**sections, "train": train, "data": data_section,
                                                              "model": model})  # fmt: skip
@@ -177,7 +182,8 @@ def _run_stages(cfg: RealTextConfig) -> dict[str, Any]:
     sections = {**cfg.warm_start.stage_overrides, "retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging),
                 "tracking": to_dict(tracking)}  # fmt: skip
     warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections, precision=cfg.precision)
-    warm_data = {**data, "heldout_articles": str(sets.heldout_articles)}
+    warm_data = {**data, "heldout_articles": str(sets.heldout_articles),
+                 **({"heldout_sentences": cfg.heldout_sentences} if cfg.heldout_sentences else {})}  # fmt: skip
     seconds |= warm_start(warm, out, cfg.seed, warm_data, encoder_shape(pretrain.model)).seconds
     if cfg.stop_after == "warm_start":
         return _finish(out, summary, t_start, tracking)

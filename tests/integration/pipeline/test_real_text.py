@@ -57,9 +57,11 @@ def test_stop_after_data_writes_vocabulary_blocks_and_cloze_sets_and_needs_no_qu
         run_real_text(load_config(RealTextConfig, None, {"corpus": {"path": "c.json"}, "out": str(tmp_path / "x")}))
 
 
-def test_the_warm_start_is_given_the_held_out_articles(tiny_world, tmp_path, monkeypatch):
+def test_the_warm_start_and_x_are_given_the_held_out_articles_and_sentences(tiny_world, tmp_path, monkeypatch):
     _real_format_files(tiny_world, tmp_path)
-    given = {}
+    sentences = tmp_path / "heldout_sentences.txt"  # e.g. bench/reachable_cloze.py's reachable items
+    sentences.write_text("A sentence no stage may train on.\n")
+    given, pretrain = {}, []
 
     class Stop(Exception):
         pass
@@ -68,14 +70,23 @@ def test_the_warm_start_is_given_the_held_out_articles(tiny_world, tmp_path, mon
         given.update(data)
         raise Stop
 
+    def pretrain_config(*args, **kwargs):
+        pretrain.append(make_pretrain_config(*args, **kwargs))
+        return pretrain[-1]
+
+    make_pretrain_config = real_text.pretrain_config
     monkeypatch.setattr(real_text, "warm_start", warm_start)
+    monkeypatch.setattr(real_text, "pretrain_config", pretrain_config)
     cfg = load_config(RealTextConfig, ROOT / "configs/real_text/default.yaml", {
         "out": str(tmp_path / "run"), "corpus": {"path": str(tmp_path / "corpus.json")}, "heldout_docs": 8,
         "vocab_size": 800, "tagging": {"kind": "rule"}, "stop_after": "warm_start", "qa": {"train": "", "dev": ""},
+        "heldout_sentences": str(sentences),
     })  # fmt: skip
     with pytest.raises(Stop):
         run_real_text(cfg)
     assert given["heldout_articles"] == str(tmp_path / "run" / "cloze" / "heldout_articles.txt")
+    assert given["heldout_sentences"] == str(sentences)  # the reader warm-up and ICT skip them
+    assert pretrain[0].data.heldout_sentences == str(sentences)  # and so does X
 
 
 def _forget_wandb_dirs(monkeypatch) -> None:
