@@ -67,10 +67,11 @@ TAG_BYTES_PER_LINE = 4096
 WARMUP_BYTES_PER_BLOCK = 24 * 1024
 """Resident bytes the warm-up holds per sampled block (its ~5 sentences tokenised and tagged; measured ~15 KB: 2.58 GB
 anonymous at 10k blocks, 2.87 GB at 30k)."""
-BLOCK_LIST_BYTES_PER_BLOCK = 24 * 1024
-"""Resident bytes a block costs while ``BlockStore`` holds its title and body wordpieces as Python lists (corpora up
-to its ``in_memory_limit`` blocks); measured ~15 KB: the trainer's tree 1.28 GB anonymous at 10k blocks, 1.57 GB at
-30k (the Flat index, 0.5 KB a block in each of trainer and builder, included)."""
+BLOCK_LIST_BYTES_PER_BLOCK = 4 * 1024
+"""Resident bytes a block costs while ``BlockStore`` holds its title and body wordpieces in memory (corpora up to its
+``in_memory_limit`` blocks): 4 bytes a wordpiece in flat int32 arrays, 288 wordpieces a block here, plus the int64
+copy made while building them (12 bytes a wordpiece at the peak). Python lists took ~15 KB a block (the trainer's
+tree 1.28 GB anonymous at 10k blocks, 1.57 GB at 30k, measured before a82c07f)."""
 BLOCKS_PER_PASSAGE = 1.1
 """Blocks a generated passage is taken to give before the data stage has counted them (measured 1.00 with 75-word
 passages; 1.28 with 100 made-up words, which pass 288 wordpieces)."""
@@ -137,7 +138,7 @@ def _num_blocks(ctx: Context) -> int:
 
 
 def _block_lists_bytes(ctx: Context) -> int:
-    """What ``BlockStore`` holds in lists: every block up to its ``in_memory_limit``, none above it."""
+    """What ``BlockStore`` holds in memory: every block up to its ``in_memory_limit``, none above it."""
     limit = inspect.signature(BlockStore).parameters["in_memory_limit"].default
     blocks = _num_blocks(ctx)
     return 0 if blocks > limit else blocks * BLOCK_LIST_BYTES_PER_BLOCK
