@@ -49,6 +49,8 @@ class FeverClaim:
 class FeverStats:
     num_records: int = 0
     num_malformed: int = 0
+    num_supports: int = 0
+    """Well-formed records labelled SUPPORTS, whether or not the corpus holds their evidence pages."""
     num_not_enough_info: int = 0
     """Claims labelled NOT ENOUGH INFO: they have no evidence page to verify them against."""
     num_outside_corpus: int = 0
@@ -101,6 +103,7 @@ def read_fever_claims(
             bad(where, pages)
             continue
         stats.num_records += 1
+        stats.num_supports += label == SUPPORTS
         if label == NOT_ENOUGH_INFO:
             stats.num_not_enough_info += 1
         elif all(page in titles for page in pages):
