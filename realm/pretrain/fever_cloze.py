@@ -159,8 +159,9 @@ def write_fever_cloze(
     out.mkdir(parents=True, exist_ok=True)
     claims, stats = read_fever_claims(fever, {article.title for article in articles.values() if article.title})
     items, spans, found = fever_cloze_items(claims, articles, tagger, cfg)
-    counts = {"records": stats.num_records, "not_enough_info": stats.num_not_enough_info, "supports": stats.num_supports,
-              "supports_outside_corpus": stats.num_supports - found["claims"], **found}  # fmt: skip
+    outside = stats.num_supports - found["claims"]
+    counts = {"records": stats.num_records, "not_enough_info": stats.num_not_enough_info,
+              "supports": stats.num_supports, "supports_outside_corpus": outside, **found}  # fmt: skip
     _write_jsonl(out / ITEMS_FILE, items)
     _write_jsonl(out / SPANS_FILE, spans)
     logger.info("FEVER cloze: %d items (%d qualifying spans) from %d SUPPORTS claims whose evidence pages are in the "
