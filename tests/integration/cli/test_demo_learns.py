@@ -41,11 +41,19 @@ def read_jsonl(path):
     return (record for _, record in iter_jsonl(path))
 
 
-def test_the_demo_recipe_learns_at_ci_size(tmp_path):
+THREADS = (2, 1)
+"""Each thread count reduces in another order, so the two runs round differently from the first step on and end
+elsewhere (issue 56: a recipe that learns on one rounding only must turn CI red). Measured at seed 0, fp32: 2 threads
+held-out 0.545, recall@4 1.000, QA 0.612; 1 thread 0.539, 0.994, 0.655 (seeds 0-4 at 1 thread: held-out 0.467-0.564,
+docs/robustness.md, "The CI-sized demo at 1 thread")."""
+
+
+@pytest.mark.parametrize("threads", THREADS)
+def test_the_demo_recipe_learns_at_ci_size(tmp_path, threads):
     run = tmp_path / "demo"
     # note: the timeout only catches a hang (about 5 minutes alone on the slow 2-core machine; twice that beside
     # another job); how fast it runs is not what this test checks
-    run_module("realm.cli.demo", "--out", str(run), *COMMAND, timeout=1800)
+    run_module("realm.cli.demo", "--out", str(run), *COMMAND, f"--num_threads={threads}", timeout=1800)
     summary = json.loads((run / "summary.json").read_text())
     records = read_metrics(run / "metrics.jsonl")
     start = next(r for r in records if r["step"] == 0 and "eval_exact/span_accuracy" in r)
