@@ -69,6 +69,9 @@ class DemoConfig:
     precision: str = "auto"
     """``train.precision`` of every stage (``realm.core.precision``): warm-up, ICT, pre-training and its child
     builder, evaluation, QA."""
+    compile: bool = False
+    """``train.compile`` of every training stage (``realm.training.compilation``): warm-up, ICT, pre-training, QA;
+    ``--train.compile=true`` on the command line does the same."""
     warm_start_reads_heldout: bool = True
     """Whether the reader warm-up and ICT read the held-out entities' articles too (their corpus sentences, never
     their X sentences or questions), as REALM's own pre-training reads all of Wikipedia; false excludes them
@@ -101,6 +104,7 @@ def pretrain_config(cfg: DemoConfig, paths: dict[str, Path]) -> PretrainConfig:
             f"--train.run_dir={run}",
             f"--train.seed={cfg.seed}",
             f"--train.precision={cfg.precision}",
+            f"--train.compile={str(cfg.compile).lower()}",
             f"--train.init_retriever={run / 'ict' / 'retriever'}",
             *warmed,
             f"--data.tokenizer={paths['tokenizer']}",
@@ -120,7 +124,7 @@ def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig,
     names = ("tokenizer", "blocks") + (() if cfg.warm_start_reads_heldout else ("heldout_articles",))
     data = {name: str(paths[name]) for name in names}
     sections = {**cfg.warm_start.stage_overrides, "tracking": to_dict(pipeline_tracking(tracking, cfg.out))}
-    warm = dataclasses.replace(cfg.warm_start, precision=cfg.precision, stage_overrides=sections)
+    warm = dataclasses.replace(cfg.warm_start, precision=cfg.precision, compile=cfg.compile, stage_overrides=sections)
     return warm_start(warm, Path(cfg.out), cfg.seed, data, encoder_shape(model))
 
 
@@ -129,7 +133,7 @@ def finetune_config(cfg: DemoConfig, paths: dict[str, Path], tracking: TrackingC
     run = Path(cfg.out)
     overrides = {
         "train": {"run_dir": str(run / "qa"), "seed": cfg.seed, "num_threads": cfg.num_threads,
-                  "precision": cfg.precision,
+                  "precision": cfg.precision, "compile": cfg.compile,
                   **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})},
         "task": {"train": str(paths["questions_train"]), "dev": str(paths["questions_heldout"]),
                  "max_dev_questions": cfg.max_dev_questions},
@@ -158,6 +162,7 @@ def _run_stages(cfg: DemoConfig) -> dict[str, Any]:
     stages["data_s"] = time.perf_counter() - t
     pretrain = pretrain_config(cfg, paths)
     pretrain.tracking = pipeline_tracking(pretrain.tracking, cfg.out)
+    cfg = dataclasses.replace(cfg, compile=pretrain.train.compile)  # note: a --train.compile reaches every stage
     stages |= warm_start_demo(cfg, paths, pretrain.model, pretrain.tracking).seconds
 
     pretrained = pretrain_and_evaluate(pretrain)

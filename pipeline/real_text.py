@@ -96,6 +96,9 @@ class RealTextConfig:
     precision: str = "auto"
     """``train.precision`` of every stage (``realm.core.precision``): warm-up, ICT, pre-training and its child
     builder, evaluation, QA."""
+    compile: bool = False
+    """``train.compile`` of every training stage (``realm.training.compilation``): warm-up, ICT, pre-training, QA;
+    ``--train.compile=true`` on the command line does the same."""
     stop_after: str = "qa"
     """``data`` stops after the vocabulary, blocks and cloze sets (to run the stages on GPUs with ``launch/``),
     ``warm_start`` after ICT, ``pretrain`` after pre-training and its evaluation, ``qa`` runs everything."""
@@ -133,7 +136,8 @@ def pretrain_config(cfg: RealTextConfig, data: dict[str, str], sets: ClozeSets, 
     """The pre-training config: the YAML, then ``pretrain_overrides``, then this run's paths and starts."""
     out = Path(cfg.out)
     sections = dict(cfg.pretrain_overrides)
-    train = {**sections.get("train", {}), "run_dir": str(out), "seed": cfg.seed, "precision": cfg.precision,
+    train = {"compile": cfg.compile, **sections.get("train", {}), "run_dir": str(out), "seed": cfg.seed,
+             "precision": cfg.precision,
              "init_retriever": str(out / "ict" / "retriever"),
              **({"init_encoder": str(out / "warmup" / "encoder")} if warmed else {}),
              **({"max_steps": cfg.pretrain_steps} if cfg.pretrain_steps else {})}  # fmt: skip
@@ -178,10 +182,11 @@ def _run_stages(cfg: RealTextConfig) -> dict[str, Any]:
 
     pretrain = pretrain_config(cfg, data, sets, warmed=cfg.warm_start.warmup_steps != 0)
     pretrain.tracking = tracking
+    cfg = dataclasses.replace(cfg, compile=pretrain.train.compile)  # note: a --train.compile reaches every stage
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     sections = {**cfg.warm_start.stage_overrides, "retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging),
                 "tracking": to_dict(tracking)}  # fmt: skip
-    warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections, precision=cfg.precision)
+    warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections, precision=cfg.precision, compile=cfg.compile)
     warm_data = {**data, "heldout_articles": str(sets.heldout_articles),
                  **({"heldout_sentences": cfg.heldout_sentences} if cfg.heldout_sentences else {})}  # fmt: skip
     seconds |= warm_start(warm, out, cfg.seed, warm_data, encoder_shape(pretrain.model)).seconds
@@ -228,6 +233,7 @@ def finetune_config(cfg: RealTextConfig, run_dir: Path | None = None, start: dic
     reporting to ``tracking`` (default the fine-tuning config's own)."""
     out = Path(cfg.out)
     train = {"run_dir": str(run_dir or out / "qa"), "seed": cfg.seed, "precision": cfg.precision,
+             "compile": cfg.compile,
              **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})}  # fmt: skip
     task = {"name": cfg.qa.train_task, "train": cfg.qa.train, "dev_name": cfg.qa.dev_task, "dev": cfg.qa.dev,
             "max_dev_questions": cfg.qa.max_dev_questions}  # fmt: skip

@@ -83,6 +83,8 @@ class WarmStartConfig:
     title, not the pipeline's lengths."""
     precision: str = "auto"
     """``train.precision`` of every warm-start stage (``realm.core.precision``); the pipelines set their own."""
+    compile: bool = False
+    """``train.compile`` of every warm-start stage (``realm.training.compilation``); the pipelines set their own."""
 
     def __post_init__(self) -> None:
         check_precision(self.precision)
@@ -118,10 +120,11 @@ def encoder_shape(model: ModelConfig) -> dict[str, Any]:
 
 
 def stage_config(cls: type, path: str, out: Path, seed: int, data: dict[str, str], steps: int | None,
-                 sections: dict[str, Any], precision: str = "auto"):  # fmt: skip
+                 sections: dict[str, Any], precision: str = "auto", compile: bool = False):  # fmt: skip
     """The config of one warm-start stage writing to ``out`` on ``data`` (``tokenizer``, ``blocks``, and optionally
     ``heldout_articles``: ``realm.data.articles.TrainingBlocksInput``)."""
-    train = {"run_dir": str(out), "seed": seed, "precision": precision, **({"max_steps": steps} if steps else {})}
+    train = {"run_dir": str(out), "seed": seed, "precision": precision, "compile": compile,
+             **({"max_steps": steps} if steps else {})}  # fmt: skip
     return load_config(cls, path, {**sections, "train": train, "data": data})
 
 
@@ -154,7 +157,7 @@ def copy_curriculum(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, 
                     "model": {**model, **({"init_from": str(encoder)} if encoder else {})}}  # fmt: skip
         stage_data = {"tokenizer": data["tokenizer"], "blocks": str(blocks)}
         warmup = stage_config(WarmupConfig, cfg.warmup_config, stage_dir, seed, stage_data, stage.steps, sections,
-                              cfg.precision)  # fmt: skip
+                              cfg.precision, cfg.compile)  # fmt: skip
         encoder = train_warmup(warmup)
     return encoder
 
@@ -187,7 +190,7 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
         t = time.perf_counter()
         warmup_model = {**sections.get("model", {}), **model, **({"init_from": str(copied)} if copied else {})}
         warmup = stage_config(WarmupConfig, cfg.warmup_config, out / "warmup", seed, data, cfg.warmup_steps,
-                              {**sections, "model": warmup_model}, cfg.precision)  # fmt: skip
+                              {**sections, "model": warmup_model}, cfg.precision, cfg.compile)  # fmt: skip
         announce_stage("reader warm-up", warmup.train.max_steps, out / "warmup")
         encoder = train_warmup(warmup)
         seconds["warmup_s"] = time.perf_counter() - t
@@ -197,7 +200,7 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
     t = time.perf_counter()
     ict = stage_config(ICTConfig, cfg.ict_config, out / "ict", seed, data, cfg.ict_steps,
                        {**ict_sections, "model": {**ict_sections.get("model", {}), **ict_model}},
-                       cfg.precision)  # fmt: skip
+                       cfg.precision, cfg.compile)  # fmt: skip
     announce_stage("ICT warm start", ict.train.max_steps, out / "ict")
     retriever = train_ict(ict)
     seconds["ict_s"] = time.perf_counter() - t
