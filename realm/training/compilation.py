@@ -6,7 +6,8 @@ marginal loss over a variable number of masked tokens) would break the graph or 
 graph whose many small ops (LayerNorm, GELU, softmax, casts) inductor fuses. ``Module.compile`` compiles in place,
 so parameter names, ``state_dict`` keys, checkpoints and saved weights stay those of the eager model (no
 ``_orig_mod.`` prefix, unlike ``torch.compile(module)``). Dynamic shapes (``dynamic=True``), since batch and sequence
-lengths vary from batch to batch; train and eval modes, grad and no-grad each compile once.
+lengths vary from batch to batch; train and eval modes, grad and no-grad each compile once (a job's own evaluation
+runs the compiled model). The index builder, a child process, is not compiled: it is no training job.
 """
 
 from __future__ import annotations

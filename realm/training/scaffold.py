@@ -77,7 +77,8 @@ class LoopConfig:
     """Compile the model's BERTs with ``torch.compile`` (inductor, dynamic shapes; ``realm.training.compilation``):
     a 1.1-1.26x faster step at the demo shape (docs/performance.md), paid for by a first compile of tens of seconds to
     minutes per job and mode on 2 cores, so it pays on long runs only. Losses match eager to rounding, not bit for bit
-    (fused kernels sum in another order); weights and checkpoints are the eager model's. Needs a C++ compiler (CPU)."""
+    (fused kernels sum in another order; dropout > 0 draws other masks); weights and checkpoints are the eager model's.
+    Needs a C++ compiler on CPU (a one-line ``ConfigError`` without one)."""
 
     MIN_STEPS: ClassVar[int] = 0
     """The fewest ``max_steps`` a job accepts (a job that must take a step sets 1)."""
