@@ -56,6 +56,9 @@ class BlockStore:
             table = blocks.select_columns(["title_ids", "body_ids"]).with_format("arrow")[:]
             self._titles, self._bodies = _FlatLists(table.column("title_ids")), _FlatLists(table.column("body_ids"))
         self._text_columns = blocks.select_columns(["title", "text"])
+        # note: a read by rows formats every column it holds; the uid, texts and doc ids of a 300k-block corpus were
+        # read with each chunk of token lists
+        self._token_columns = blocks.select_columns(["title_ids", "body_ids"])
 
     def __len__(self) -> int:
         return len(self.blocks)
@@ -65,7 +68,7 @@ class BlockStore:
         ids = [int(i) for i in block_ids]
         if self._titles is not None and self._bodies is not None:
             return self._titles.rows(ids), self._bodies.rows(ids)
-        rows = self.blocks[ids]
+        rows = self._token_columns[ids]
         return rows["title_ids"], rows["body_ids"]
 
     def texts(self, block_ids: Sequence[int]) -> tuple[list[str], list[str]]:
