@@ -46,18 +46,20 @@ def test_the_pipelines_give_every_stage_compile(tmp_path):
     assert real_text.finetune_config(text).train.compile is True
 
 
-def test_a_machine_inductor_cannot_compile_on_is_refused_in_one_line(monkeypatch):
+def test_a_machine_inductor_cannot_compile_on_is_refused_in_one_line():
     import torch._dynamo
     import torch._inductor.config as inductor_config
 
     from realm.training.compilation import check_compiler
 
-    monkeypatch.setattr(inductor_config.cpp, "cxx", ("/nonexistent/c++",))
     check_compiler.cache_clear()
     torch._dynamo.reset()
+    # note: the config module's own patch, not monkeypatch: monkeypatch's undo deletes the attribute from inductor's
+    # config module, and every later compile in the same process then fails ("cpp.cxx does not exist")
     try:
-        with pytest.raises(ConfigError, match=r"train.compile=true.*cannot compile on this cpu machine") as err:
-            check_compiler("cpu")
+        with inductor_config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
+            with pytest.raises(ConfigError, match=r"train.compile=true.*cannot compile on this cpu machine") as err:
+                check_compiler("cpu")
         assert "\n" not in str(err.value) and "C++ compiler" in str(err.value)
     finally:
         check_compiler.cache_clear()
