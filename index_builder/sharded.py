@@ -5,8 +5,9 @@
    or reuses the shard if a previous run finished it for the same weights.
 3. The ranks exchange reports (all-gather over gloo): ok, cancelled (SIGTERM) or failed with the error.
 4. Rank 0 checks every shard **on disk** against its marker, streams the shards into ``embeddings.npy`` of a staging
-   folder chunk by chunk, builds FAISS and publishes exactly like the 1-process builder (manifest last, rename,
-   CURRENT flip); the others wait for its outcome and raise the same way if it failed.
+   folder chunk by chunk, then indexes, publishes and activates exactly like the 1-process builder
+   (``realm.index.build_version.build_from_embeddings``: FAISS, manifest last, rename, CURRENT flip); the others wait
+   for its outcome and raise the same way if it failed.
 
 Why a collective wait (with a timeout) rather than rank 0 polling for marker files: the reports carry *why* a rank
 failed, a rank that is still working is told apart from one that died (a dead peer breaks the gloo connection, and
@@ -28,7 +29,7 @@ import datasets
 import torch
 
 from realm.core.precision import resolve_precision
-from realm.index.build_version import load_build_inputs, load_doc_embedder, publish_new_version
+from realm.index.build_version import build_from_embeddings, load_build_inputs, load_doc_embedder
 from realm.index.builder_group import BuilderGroup, PeerError, check_reports, shard_report
 from realm.index.embedding import block_lengths
 from realm.index.mips import IndexConfig
@@ -102,7 +103,7 @@ def _embed_own_shard(
     return shard_report(group.rank, compute)
 
 
-def _assemble_and_publish(
+def _assemble_and_build(
     run_dir: str | Path,
     export_step: int,
     export: dict[str, Any],
@@ -112,7 +113,7 @@ def _assemble_and_publish(
     started: float,
     precision: str,
 ) -> str:
-    """Rank 0, after every rank reported: check the shards on disk, stream them together, index, publish."""
+    """Rank 0, after every rank reported: check the shards on disk, stream them together, index, publish, activate."""
     check_reports(reports)
     blocks = datasets.load_from_disk(export["blocks"])
     dim = reports[0]["key"]["dim"]
@@ -133,7 +134,7 @@ def _assemble_and_publish(
             "embed_precision": precision,
         }
 
-    version = publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, assemble_shards)
+    version = build_from_embeddings(run_dir, export_step, export, blocks, cfg, keep_versions, started, assemble_shards)
     newer = publication.list_published(layout.retriever_dir(run_dir), layout.RETRIEVER_PREFIX)
     keep = {m["weights_sha256"] for s, p in newer if s > export_step and (m := publication.read_manifest(p)) is not None}
     remove_shard_folders(layout.index_dir(run_dir), keep)
@@ -168,6 +169,6 @@ def build_index_version_sharded(
     report = _embed_own_shard(run_dir, export_path, export, group, batch_size, device, precision, should_stop)
     reports = group.all_gather(report)
     version = group.from_main(
-        lambda: _assemble_and_publish(run_dir, export_step, export, reports, cfg, keep_versions, started, precision)
+        lambda: _assemble_and_build(run_dir, export_step, export, reports, cfg, keep_versions, started, precision)
     )
     return Path(version)

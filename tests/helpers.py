@@ -9,8 +9,10 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
 import datasets
 import numpy as np
@@ -22,6 +24,9 @@ from realm.data.blocks import BLOCK_FEATURES
 from realm.finetune.train import FinetuneConfig
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.run import layout
+
+if TYPE_CHECKING:
+    from realm.index.mips import IndexConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 """The repository root (subprocesses run there)."""
@@ -54,6 +59,23 @@ def small_tokenizer(folder: Path) -> Path:
 
     train_wordpiece(SMALL_TEXTS, 80, folder, min_frequency=1)
     return folder
+
+
+def publish_index(run_dir: Path, embeddings: np.ndarray, step: int, cfg: IndexConfig | None = None, *,
+                  corpus_fingerprint: str = "c") -> Path:  # fmt: skip
+    """``embeddings`` ([N, D] float32) indexed and published as ``RUN/index/v-{step}``, not made CURRENT: a build's
+    index and publish steps (``realm.index.build_version``) without a model to embed with."""
+    from realm.index import versions
+    from realm.index.build_version import index_embeddings
+    from realm.index.mips import IndexConfig
+    from realm.run import publication
+
+    staging = publication.new_staging(layout.index_dir(run_dir))
+    np.save(staging / versions.EMBEDDINGS_FILE, embeddings)
+    plan = index_embeddings(staging, cfg or IndexConfig())
+    return versions.publish_index_version(run_dir, staging, step=step, weights_sha256="w",
+                                          corpus_fingerprint=corpus_fingerprint, factory=plan.factory,
+                                          started=time.time(), extra=plan.manifest_fields())  # fmt: skip
 
 
 def make_run(tmp_path: Path, num_blocks: int, max_body: int = 30) -> tuple[Path, Path, Path]:

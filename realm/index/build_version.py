@@ -1,8 +1,13 @@
-"""One index build: retriever export -> embeddings -> FAISS index -> published ``index/v-*`` -> CURRENT.
+"""One index build, one verb a step: **embed** the blocks with a retriever export's document embedder into a staging
+``embeddings.npy`` -> **index** them (``index_embeddings``: the FAISS index and block ids beside them) -> **publish**
+(``realm.index.versions.publish_index_version``: manifest written last, then the rename to ``index/v-{step:08d}``)
+-> **activate** (``realm.run.live_index.activate``: the atomic CURRENT flip, older versions and exports pruned).
 
-Everything is written under ``index/.staging-<uuid>/`` and only becomes visible through ``run_dir.publish_folder``
-(manifest last, then a rename) and the atomic CURRENT flip, so a build killed at any point leaves the live index as it
-was. Layout and manifest fields belong to ``realm.run.publication``; this module only produces the files.
+``build_index_version`` is the whole build in one process; the N-process builder (``realm.index_builder.sharded``)
+embeds shards instead and shares the rest through ``build_from_embeddings``. Everything is written under
+``index/.staging-<uuid>/`` and is visible only once published, so a build killed at any point leaves the live index as
+it was. The layout and manifest fields belong to ``realm.run.publication`` and ``realm.index.versions``; this module
+only produces the files.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from realm.data.blocks import load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
 from realm.index import versions
-from realm.index.budget import plan_index
+from realm.index.budget import IndexPlan, plan_index
 from realm.index.embedding import embed_blocks, output_memmap
 from realm.index.gpu import num_gpus
 from realm.index.mips import FaissIndex, IndexConfig
@@ -52,42 +57,23 @@ def load_doc_embedder(export_path: Path, device: str, precision: str = "auto", m
 def blocks_fingerprint(blocks: datasets.Dataset) -> str:
     """``run_dir.corpus_fingerprint`` of the ordered ``uid`` column, streamed in chunks (13M uids stay off-heap)."""
     uids = blocks.select_columns(["uid"]).with_format("arrow")
-    return versions.corpus_fingerprint(uid for table in uids.iter(batch_size=1 << 16) for uid in table.column(0).to_pylist())
+    chunks = uids.iter(batch_size=1 << 16)
+    return versions.corpus_fingerprint(uid for table in chunks for uid in table.column(0).to_pylist())
 
 
-def publish_embeddings(
-    run_dir: str | Path,
-    staging: Path,
-    *,
-    step: int,
-    weights_sha256: str,
-    corpus_fingerprint: str,
-    cfg: IndexConfig,
-    started: float,
-    extra: dict | None = None,
-) -> Path:
-    """Given ``staging/embeddings.npy`` ([N, D] float32, row i = block i), builds the FAISS index and block ids and
-    publishes the folder as ``index/v-{step:08d}``. CURRENT is not touched.
+def index_embeddings(staging: Path, cfg: IndexConfig) -> IndexPlan:
+    """Given ``staging/embeddings.npy`` ([N, D] float32, row i = block i), writes the FAISS index and the block ids
+    beside it and returns the plan it followed (publishing is the caller's next step).
 
-    The factory is ``cfg.factory``, or under ``cfg.memory_budget_gb`` the one ``plan_index`` picks; the plan (with
-    its expected size) is logged and recorded in the manifest.
+    The factory is ``cfg.factory``, or under ``cfg.memory_budget_gb`` the one ``plan_index`` picks; the plan (with its
+    expected size) is logged, and ``IndexPlan.manifest_fields`` is what the published manifest records of it.
     """
     embeddings = np.load(staging / versions.EMBEDDINGS_FILE, mmap_mode="r")
     plan = plan_index(embeddings.shape[0], embeddings.shape[1], cfg, num_gpus())
     logger.info("%s", plan.describe())
     FaissIndex.build(embeddings, dataclasses.replace(cfg, factory=plan.factory)).save(staging / versions.FAISS_FILE)
     np.save(staging / versions.BLOCK_IDS_FILE, np.arange(len(embeddings), dtype=np.int64))
-    del embeddings
-    return versions.publish_index_version(
-        run_dir,
-        staging,
-        step=step,
-        weights_sha256=weights_sha256,
-        corpus_fingerprint=corpus_fingerprint,
-        factory=plan.factory,
-        started=started,
-        extra={**plan.manifest_fields(), **(extra or {})},
-    )
+    return plan
 
 
 def load_build_inputs(export: dict) -> tuple[datasets.Dataset, SpecialIds]:
@@ -98,7 +84,7 @@ def load_build_inputs(export: dict) -> tuple[datasets.Dataset, SpecialIds]:
     return load_blocks(export["blocks"], tokenizer), SpecialIds.of(tokenizer)
 
 
-def publish_new_version(
+def build_from_embeddings(
     run_dir: str | Path,
     export_step: int,
     export: dict,
@@ -108,25 +94,28 @@ def publish_new_version(
     started: float,
     write_embeddings: Callable[[Path], dict],
 ) -> Path:
-    """The end of every build: ``write_embeddings(path)`` fills a staging ``embeddings.npy`` (and returns extra
-    manifest fields); it is indexed, published as ``index/v-{export_step}``, made CURRENT, and exports older than it
-    are removed. Any failure (or a stop) removes the staging folder and leaves CURRENT as it was; a full or read-only
-    disk is a ``DiskError`` naming the file."""
+    """Every build after loading its inputs: ``write_embeddings(path)`` fills a staging ``embeddings.npy`` (and returns
+    extra manifest fields; the embed step, whichever way a builder does it); it is indexed, published as
+    ``index/v-{export_step}`` and activated (made CURRENT), and exports older than it are removed. Any failure (or a
+    stop) removes the staging folder and leaves CURRENT as it was; a full or read-only disk is a ``DiskError`` naming
+    the file."""
     with disk_writes(layout.index_dir(run_dir)):
         staging = publication.new_staging(layout.index_dir(run_dir))
         try:
             extra = write_embeddings(staging / versions.EMBEDDINGS_FILE)
-            version = publish_embeddings(
+            plan = index_embeddings(staging, cfg)
+            version = versions.publish_index_version(
                 run_dir,
                 staging,
                 step=export_step,
                 weights_sha256=export["weights_sha256"],
                 corpus_fingerprint=blocks_fingerprint(blocks),
-                cfg=cfg,
+                factory=plan.factory,
                 started=started,
                 # note: the blocks relative to the run when inside it, so that a copied run reads its own
-                extra={"blocks": record_path(export["blocks"], run_dir), RUN_ROOT: run_root(staging, run_dir),
-                       "max_block_length": export["max_block_length"], **extra},  # fmt: skip
+                extra={**plan.manifest_fields(), "blocks": record_path(export["blocks"], run_dir),
+                       RUN_ROOT: run_root(staging, run_dir), "max_block_length": export["max_block_length"],
+                       **extra},  # fmt: skip
             )
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
@@ -174,4 +163,4 @@ def build_index_version(
         out.flush()
         return {"embed_precision": precision}
 
-    return publish_new_version(run_dir, export_step, export, blocks, cfg, keep_versions, started, embed)
+    return build_from_embeddings(run_dir, export_step, export, blocks, cfg, keep_versions, started, embed)

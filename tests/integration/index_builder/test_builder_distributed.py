@@ -21,14 +21,12 @@ from transformers import AutoTokenizer
 
 from realm.data.packing import SpecialIds
 from realm.index import versions
-from realm.index.build_version import publish_embeddings
 from realm.index.embedding import embed_blocks
-from realm.index.mips import IndexConfig
 from realm.index.shards import SHARDS_PREFIX, read_marker
 from realm.index_builder.watch import IndexBuilderConfig, run_builder
 from realm.models.retriever import Retriever
 from realm.run import layout, live_index, publication
-from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
+from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run, publish_index
 
 REPO = ROOT
 
@@ -142,11 +140,7 @@ def _pid_of_rank(launcher: subprocess.Popen, rank: int) -> int:
 
 def test_rank_killed_mid_shard_is_not_taken_as_done_and_the_next_run_finishes_the_job(tmp_path):
     run_dir, blocks, tokenizer = make_run(tmp_path, 1000)
-    staging = publication.new_staging(layout.index_dir(run_dir))
-    np.save(staging / versions.EMBEDDINGS_FILE, np.zeros((1000, 16), dtype=np.float32))
-    live = publish_embeddings(
-        run_dir, staging, step=1, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
-    )
+    live = publish_index(run_dir, np.zeros((1000, 16), dtype=np.float32), 1)
     live_index.set_current_index(run_dir, live)
     export_tiny(run_dir, 2, blocks, tokenizer)
     weights = publication.read_manifest(layout.retriever_dir(run_dir) / "step-00000002")["weights_sha256"]

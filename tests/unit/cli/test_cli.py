@@ -17,7 +17,7 @@ import realm.cli.inspect  # noqa: F401
 from realm.cli.main import COMMANDS, main, resolve
 from realm.core.config import save_config
 from realm.pretrain.config import PretrainConfig
-from tests.helpers import FIXTURES
+from tests.helpers import FIXTURES, publish_index
 
 DOCS = [
     {"id": "d1", "title": "Ada Lovelace", "text": "Ada Lovelace was an English mathematician. She worked with "
@@ -212,9 +212,6 @@ def test_inspection_commands_name_a_missing_config_or_checkpoint(tmp_path, capsy
 def tiny_run(tmp_path_factory) -> Path:
     """A run directory as the trainer leaves it: config.yaml, a published checkpoint whose model.safetensors is
     written the way ``accelerator.save_state`` writes it (tied tensors dropped), and a live index version."""
-    import time
-
-    import numpy as np
     import torch
     from safetensors.torch import save_file
 
@@ -222,9 +219,7 @@ def tiny_run(tmp_path_factory) -> Path:
     from realm.data.blocks import load_blocks
     from realm.data.packing import SpecialIds
     from realm.data.vocab import load_tokenizer
-    from realm.index import versions
-    from realm.index.build_version import blocks_fingerprint, publish_embeddings
-    from realm.index.mips import IndexConfig
+    from realm.index.build_version import blocks_fingerprint
     from realm.pretrain.heldout_eval import embed_corpus
     from realm.pretrain.model import RealmModel
     from realm.run import layout, live_index, publication
@@ -294,12 +289,7 @@ def tiny_run(tmp_path_factory) -> Path:
 
     blocks = load_blocks(root / "blocks")
     embeddings = embed_corpus(model.retriever.doc_embedder, blocks, SpecialIds.of(tokenizer), 48)
-    staging = publication.new_staging(layout.index_dir(run))
-    np.save(staging / versions.EMBEDDINGS_FILE, embeddings.numpy())
-    version = publish_embeddings(
-        run, staging, step=6, weights_sha256="-", corpus_fingerprint=blocks_fingerprint(blocks), cfg=IndexConfig(),
-        started=time.time(),
-    )  # fmt: skip
+    version = publish_index(run, embeddings.numpy(), 6, corpus_fingerprint=blocks_fingerprint(blocks))
     live_index.set_current_index(run, version)
     return run
 

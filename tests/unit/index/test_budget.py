@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
 from realm.index import versions
 from realm.index.budget import GB, expected_index_bytes, ivf_lists, plan_index
-from realm.index.build_version import publish_embeddings
 from realm.index.mips import IndexConfig
-from realm.run import layout, publication
+from realm.run import publication
+from tests.helpers import publish_index
 
 REALM_BLOCKS, DIM = 13_353_718, 128
 
@@ -71,12 +69,8 @@ def test_published_manifest_states_the_chosen_index_and_its_expected_size(tmp_pa
     rng = np.random.default_rng(0)
     embeddings = rng.standard_normal((10_000, 16)).astype(np.float32)
     budget_gb = 170_000 / GB  # Flat needs 640 kB, IVF256,PQ8 193 kB, IVF256,PQ4 153 kB
-    staging = publication.new_staging(layout.index_dir(tmp_path))
-    np.save(staging / versions.EMBEDDINGS_FILE, embeddings)
     cfg = IndexConfig(memory_budget_gb=budget_gb, train_sample=10_000)
-    version = publish_embeddings(
-        tmp_path, staging, step=1, weights_sha256="w", corpus_fingerprint="c", cfg=cfg, started=time.time()
-    )
+    version = publish_index(tmp_path, embeddings, 1, cfg)
     manifest = publication.read_manifest(version)
     assert manifest["factory"] == "IVF256,PQ4" and manifest["memory_budget_gb"] == budget_gb
     expected = manifest["expected_index_bytes"]

@@ -6,18 +6,16 @@ Run on a GPU machine with ``python -m pytest -m gpu tests/unit/test_index_gpu.py
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 import torch
 
 from realm.index import versions
 from realm.index.budget import expected_index_bytes
-from realm.index.build_version import publish_embeddings
 from realm.index.gpu import num_gpus
 from realm.index.mips import BruteForceIndex, FaissIndex, IndexConfig
-from realm.run import layout, publication
+from realm.run import publication
+from tests.helpers import publish_index
 
 pytestmark = [
     pytest.mark.gpu,
@@ -69,13 +67,9 @@ def test_ivf_pq_built_on_gpus_loads_on_cpu_and_searches_on_gpus(tmp_path):
 def test_budget_plans_each_gpus_share_and_the_manifest_records_it(tmp_path):
     data, _ = _clustered(20_000, 64)
     gpus = num_gpus()
-    staging = publication.new_staging(layout.index_dir(tmp_path))
-    np.save(staging / versions.EMBEDDINGS_FILE, data)
     flat_per_gpu = expected_index_bytes("Flat", 20_000, 64, fp16=True, num_shards=gpus)
     cfg = IndexConfig(memory_budget_gb=flat_per_gpu / 2**30, enable_gpu_search=True)
-    version = publish_embeddings(
-        tmp_path, staging, step=1, weights_sha256="w", corpus_fingerprint="c", cfg=cfg, started=time.time()
-    )
+    version = publish_index(tmp_path, data, 1, cfg)
     manifest = publication.read_manifest(version)
     assert manifest["factory"] == "Flat" and manifest["index_devices"] == gpus
     assert manifest["expected_index_bytes"] == flat_per_gpu

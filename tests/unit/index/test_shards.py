@@ -18,7 +18,7 @@ from realm.index import shards as sh
 from realm.index.builder_group import BuilderGroup, PeerError
 from realm.index.embedding import embed_blocks
 from realm.index.mips import IndexConfig
-from realm.index_builder.sharded import _assemble_and_publish, shard_keys
+from realm.index_builder.sharded import _assemble_and_build, shard_keys
 from realm.index_builder.watch import IndexBuilderConfig
 from realm.run import layout, live_index, publication
 from tests.helpers import MAX_BLOCK_LENGTH, export_tiny, make_run
@@ -114,7 +114,7 @@ def test_rank_zero_publishes_nothing_when_a_peer_failed(world):
     run_dir, export, _, _, _ = world
     reports = [{"status": "ok"}, {"status": "failed", "message": "RuntimeError: out of memory"}]
     with pytest.raises(PeerError, match="rank 1: RuntimeError: out of memory"):
-        _assemble_and_publish(run_dir, 3, export, reports, IndexConfig(), 3, time.time(), "fp32")
+        _assemble_and_build(run_dir, 3, export, reports, IndexConfig(), 3, time.time(), "fp32")
     assert live_index.current_index_version(run_dir) is None
     assert not list(layout.index_dir(run_dir).glob(f"{publication.STAGING_PREFIX}*"))
 

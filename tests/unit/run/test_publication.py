@@ -17,11 +17,10 @@ import torch
 
 from realm.core.errors import RunError
 from realm.index import versions
-from realm.index.build_version import publish_embeddings
-from realm.index.mips import BruteForceIndex, IndexConfig
+from realm.index.mips import BruteForceIndex
 from realm.index_builder.watch import IndexBuilderConfig, run_builder
 from realm.run import layout, live_index, publication
-from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run
+from tests.helpers import MAX_BLOCK_LENGTH, ROOT, export_tiny, make_run, publish_index
 
 REPO = ROOT
 
@@ -31,11 +30,7 @@ REPO = ROOT
 
 def publish_random(run_dir: Path, step: int, *, num: int = 30, dim: int = 8, make_current: bool = True) -> Path:
     """A published index version over random embeddings (no model needed)."""
-    staging = publication.new_staging(layout.index_dir(run_dir))
-    np.save(staging / versions.EMBEDDINGS_FILE, np.random.default_rng(step).standard_normal((num, dim)).astype(np.float32))
-    version = publish_embeddings(
-        run_dir, staging, step=step, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
-    )
+    version = publish_index(run_dir, np.random.default_rng(step).standard_normal((num, dim)).astype(np.float32), step)
     if make_current:
         live_index.set_current_index(run_dir, version)
     return version

@@ -11,20 +11,15 @@ import numpy as np
 import pytest
 
 from realm.index import versions
-from realm.index.build_version import publish_embeddings
-from realm.index.mips import IndexConfig
 from realm.run import layout, live_index, publication
 from realm.trainer.index_watcher import IndexWatcher
+from tests.helpers import publish_index
 
 POLL_S = 0.01
 
 
 def publish_random(run_dir: Path, step: int, *, make_current: bool = True) -> Path:
-    staging = publication.new_staging(layout.index_dir(run_dir))
-    np.save(staging / versions.EMBEDDINGS_FILE, np.random.default_rng(step).standard_normal((20, 8)).astype(np.float32))
-    version = publish_embeddings(
-        run_dir, staging, step=step, weights_sha256="w", corpus_fingerprint="c", cfg=IndexConfig(), started=time.time()
-    )
+    version = publish_index(run_dir, np.random.default_rng(step).standard_normal((20, 8)).astype(np.float32), step)
     if make_current:
         live_index.set_current_index(run_dir, version)
     return version
