@@ -1,9 +1,10 @@
 """Typed configuration: dataclasses are the schema, YAML is the record, dotted overrides are strict.
 
 Every component declares its own ``@dataclass(kw_only=True, slots=True)`` config next to it and validates it in
-``__post_init__``. This module only turns nested dicts (from YAML and ``--a.b=value`` overrides) into those
-dataclasses, rejecting unknown keys and mismatched types with a message that names the offending key path and where
-its value came from: the command-line override as given, or the YAML file and the key.
+``__post_init__`` (``realm.core.checks``: all its problems at once). This module only turns nested dicts (from YAML
+and ``--a.b=value`` overrides) into those dataclasses, rejecting unknown keys and mismatched types with a message that
+names the offending key path and where its value came from: the command-line override as given, or the YAML file and
+the key. The problems of every section are gathered into one ``ConfigError``, one line each.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, TypeVar
 import yaml
 
 from realm.core.atomic import write_text_atomic
+from realm.core.checks import ConfigProblems, problems_of
 from realm.core.config_help import did_you_mean, options_help
 from realm.core.errors import ConfigError
 from realm.core.extras import check_extras
@@ -157,30 +159,49 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "config") -> T:
 
 
 def _build(cls: type[T], data: dict[str, Any], key: str, origins: _Origins) -> T:
-    """``from_dict`` of the section at ``key``; errors are named by ``origins``."""
+    """``from_dict`` of the section at ``key``; errors are named by ``origins``. Every problem is gathered before one
+    ``ConfigProblems`` is raised: unknown keys, each field's type, and each section's own problems. A section whose
+    keys or types are wrong is not built, so its checks (and its parent's) wait for those to be fixed."""
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    errors: list[ConfigError] = []
     unknown = sorted(set(data) - set(fields))
     if unknown:
         where = origins.section(key, [_join(key, name) for name in unknown])
         hint = "".join(did_you_mean(name, fields) for name in unknown)
-        raise ConfigError(f"{where}: unknown key(s) {unknown}{hint}; valid keys are {sorted(fields)}")
+        errors.append(ConfigError(f"{where}: unknown key(s) {unknown}{hint}; valid keys are {sorted(fields)}"))
     kwargs = {}
     for name, value in data.items():
+        if name not in fields:
+            continue
         factory = fields[name].default_factory
-        if isinstance(value, dict) and factory is not dataclasses.MISSING and dataclasses.is_dataclass(hints[name]):
-            # note: a section given in part keeps the parent's defaults for the rest (e.g. fine-tuning's own optimizer
-            # defaults), not the section class's
-            value = _merge(to_dict(factory()), value, _join(key, name), origins)
-        kwargs[name] = _coerce(value, hints[name], _join(key, name), origins)
-    try:
-        return cls(**kwargs)
-    except (TypeError, ValueError) as err:
-        if isinstance(err, ConfigError):
-            raise
-        # note: __post_init__ messages name the fields they check, which tells whose value is at fault
-        named = [_join(key, name) for name in fields if re.search(rf"\b{re.escape(name)}\b", str(err))]
-        raise ConfigError(f"{origins.section(key, named or None)}: {err}") from err
+        try:
+            if isinstance(value, dict) and factory is not dataclasses.MISSING and dataclasses.is_dataclass(hints[name]):
+                # note: a section given in part keeps the parent's defaults for the rest (e.g. fine-tuning's own
+                # optimizer defaults), not the section class's
+                value = _merge(to_dict(factory()), value, _join(key, name), origins)
+            kwargs[name] = _coerce(value, hints[name], _join(key, name), origins)
+        except ConfigError as err:  # note: keep going, so the other keys' and sections' problems are reported too
+            errors.append(err)
+    if not errors:
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as err:
+            if isinstance(err, ConfigError) and not isinstance(err, ConfigProblems):
+                raise
+            named = ConfigProblems([_named(problem, cls, key, origins) for problem in problems_of(err)])
+            raise named from err
+    if len(errors) == 1:
+        raise errors[0]
+    raise ConfigProblems([problem for err in errors for problem in problems_of(err)])
+
+
+def _named(problem: str, cls: type, key: str, origins: _Origins) -> str:
+    """A check's message on section ``key`` prefixed with where the values it names came from."""
+    # note: check messages name the fields they check, which tells whose value is at fault
+    names = [f.name for f in dataclasses.fields(cls) if f.init]
+    named = [_join(key, name) for name in names if re.search(rf"\b{re.escape(name)}\b", problem)]
+    return f"{origins.section(key, named or None)}: {problem}"
 
 
 def to_dict(config: Any) -> dict[str, Any]:
