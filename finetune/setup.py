@@ -21,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
+from realm.core.checks import Problems
 from realm.core.errors import ConfigError, MissingFileError
 from realm.data.block_store import BlockStore
 from realm.data.blocks import BlocksInput, load_blocks
@@ -64,10 +65,12 @@ class InitConfig:
     starting document embedder embeds the blocks once (for 13M blocks, pass the pre-training run's last version)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.run and self.bert:
-            raise ValueError("init.run and init.bert are alternatives; set one")
+            problems.add("init.run and init.bert are alternatives; set one")
         if self.checkpoint and not self.run:
-            raise ValueError("init.checkpoint needs init.run")
+            problems.add("init.checkpoint needs init.run")
+        problems.raise_if_any()
 
 
 @dataclass

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typing
 from dataclasses import dataclass
 
+from realm.core.checks import Problems
 from realm.core.errors import DataFileError
 from realm.qa.datasets import Task, load_task
 from realm.qa.datasets.common import LoadStats
@@ -37,10 +38,12 @@ class TaskConfig:
     """Evaluate on the first N dev questions (0: all)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         for key in ("name", "dev_name"):
             value = getattr(self, key)
             if (value or key == "name") and value not in TASKS:
-                raise ValueError(f"task.{key} must be one of {TASKS}, got {value!r}")
+                problems.add(f"task.{key} must be one of {TASKS}, got {value!r}")
+        problems.raise_if_any()
 
     def load(self, path: str, limit: int = 0, *, dev: bool = False):
         """The questions of ``path`` (the first ``limit``; 0: all), read as the dev file's format when ``dev``."""

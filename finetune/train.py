@@ -23,6 +23,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import eta, init_logging, progress
@@ -79,8 +80,10 @@ class FinetuneTaskConfig:
     eval_batch_size: int = 16
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.retriever_beam <= 0 or self.eval_interval < 0 or self.eval_batch_size <= 0:
-            raise ValueError("retriever_beam and eval_batch_size must be positive, eval_interval >= 0")
+            problems.add("retriever_beam and eval_batch_size must be positive, eval_interval >= 0")
+        problems.raise_if_any()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -198,8 +201,7 @@ class Finetuner:
                     logger.info("QA step %d/%d loss %.4f (retriever %.4f, reader %.4f) %s", loop.step,
                                 cfg.train.max_steps, logged["train/loss"], logged["train/retriever_loss"],
                                 logged["train/reader_loss"], eta(loop.step, cfg.train.max_steps, (t0, first)))
-                if cfg.finetune.eval_interval and loop.step % cfg.finetune.eval_interval == 0 \
-                        and loop.step != cfg.train.max_steps:  # fmt: skip
+                if loop.eval_due(cfg.finetune.eval_interval) and loop.step != cfg.train.max_steps:  # the end: below
                     self.evaluate(loop.step)
                 stop_if_preempted(preemption, loop, "train")
         bar.close()

@@ -34,6 +34,7 @@ from pathlib import Path
 import faiss
 import torch
 
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, MissingFileError, UserError, run_command
 from realm.core.logging import init_logging
@@ -107,29 +108,31 @@ class IndexBuilderConfig:
     """Where build metrics go; a builder spawned by the trainer joins the trainer's W&B group."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.poll_interval_s <= 0:
-            raise ValueError(f"poll_interval_s must be positive, got {self.poll_interval_s}")
+            problems.add(f"poll_interval_s must be positive, got {self.poll_interval_s}")
         if self.batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+            problems.add(f"batch_size must be positive, got {self.batch_size}")
         if self.keep_versions < 1:
-            raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
+            problems.add(f"keep_versions must be >= 1, got {self.keep_versions}")
         if self.index.metric != "ip":
-            raise ValueError(f"index.metric must be 'ip' for REALM's document index (MIPS), got {self.index.metric!r}")
+            problems.add(f"index.metric must be 'ip' for REALM's document index (MIPS), got {self.index.metric!r}")
         if self.num_threads < 0:
-            raise ValueError(f"num_threads must be >= 0, got {self.num_threads}")
-        check_precision(self.precision)
+            problems.add(f"num_threads must be >= 0, got {self.num_threads}")
+        problems.check(check_precision, self.precision)
         if self.precision == "fp16" and not self.device.startswith("cuda"):
-            raise ValueError(f"precision fp16 needs a GPU device, got device {self.device!r}; use bf16 on CPU")
+            problems.add(f"precision fp16 needs a GPU device, got device {self.device!r}; use bf16 on CPU")
         if self.build_retries < 0 or self.retry_backoff_s < 0:
-            raise ValueError(f"build_retries and retry_backoff_s must be >= 0, got {self.build_retries}, "
-                             f"{self.retry_backoff_s}")  # fmt: skip
+            problems.add(f"build_retries and retry_backoff_s must be >= 0, got {self.build_retries}, "
+                         f"{self.retry_backoff_s}")  # fmt: skip
         if self.collective_timeout_s <= 0:
-            raise ValueError(f"collective_timeout_s must be positive, got {self.collective_timeout_s}")
+            problems.add(f"collective_timeout_s must be positive, got {self.collective_timeout_s}")
         if self.enable_distributed and self.device not in ("cpu", "cuda"):
-            raise ValueError(
+            problems.add(
                 f"with enable_distributed, device must be 'cpu' or 'cuda' (each rank takes its local GPU), got "
                 f"{self.device!r}; choose the builder's GPUs with CUDA_VISIBLE_DEVICES"
             )
+        problems.raise_if_any()
 
 
 def _build(

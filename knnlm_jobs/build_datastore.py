@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging, set_num_threads
@@ -54,8 +55,10 @@ class KNNLMBuildConfig:
     num_threads: int = 0
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.collective_timeout_s <= 0 or self.lock_timeout_s < 0:
-            raise ValueError("collective_timeout_s must be positive and lock_timeout_s >= 0")
+            problems.add("collective_timeout_s must be positive and lock_timeout_s >= 0")
+        problems.raise_if_any()
 
 
 def run(cfg: KNNLMBuildConfig) -> Path:

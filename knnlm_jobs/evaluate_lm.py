@@ -25,6 +25,7 @@ from accelerate import Accelerator
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from realm.core.atomic import write_text_atomic
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import MetricsLogger, init_logging, set_num_threads
@@ -70,8 +71,10 @@ class KNNLMEvalConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.nprobe <= 0:
-            raise ValueError(f"nprobe must be positive, got {self.nprobe}")
+            problems.add(f"nprobe must be positive, got {self.nprobe}")
+        problems.raise_if_any()
 
 
 @dataclass(slots=True)

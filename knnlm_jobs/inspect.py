@@ -19,6 +19,7 @@ import sys
 from dataclasses import dataclass, field
 
 from realm.core.atomic import write_text_atomic
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line
 from realm.core.errors import ArgumentError, ConfigError, run_command
 from realm.core.logging import init_logging
@@ -59,10 +60,12 @@ class KNNLMInspectConfig:
     num_threads: int = 0
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if isinstance(self.positions, int):
             self.positions = [self.positions]
         if self.show < 0 or self.nprobe <= 0:
-            raise ValueError(f"show must be >= 0 and nprobe positive, got {self.show}, {self.nprobe}")
+            problems.add(f"show must be >= 0 and nprobe positive, got {self.show}, {self.nprobe}")
+        problems.raise_if_any()
 
 
 def select_text(cfg: KNNLMInspectConfig) -> tuple[str, str]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from realm.core.atomic import write_text_atomic
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line
 from realm.core.errors import run_command
 from realm.core.logging import init_logging
@@ -43,8 +44,10 @@ class SweepGrid:
     lambdas: list[float] = field(default_factory=lambda: [0.1, 0.25, 0.5, 0.65])
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if not self.ks or not self.taus or not self.lambdas:
-            raise ValueError("sweep.ks, sweep.taus and sweep.lambdas must be non-empty")
+            problems.add("sweep.ks, sweep.taus and sweep.lambdas must be non-empty")
+        problems.raise_if_any()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -52,8 +55,10 @@ class KNNLMSweepConfig(KNNLMEvalConfig):
     sweep: SweepGrid = field(default_factory=SweepGrid)
 
     def __post_init__(self) -> None:
-        KNNLMEvalConfig.__post_init__(self)
+        problems = Problems()
+        problems.check(KNNLMEvalConfig.__post_init__, self)
         self.knn.k = max(self.knn.k, max(self.sweep.ks))  # note: one search of the largest k serves every k of the grid
+        problems.raise_if_any()
 
 
 def run(cfg: KNNLMSweepConfig) -> list[dict]:

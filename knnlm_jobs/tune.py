@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from realm.core.atomic import write_text_atomic
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import init_logging
@@ -81,9 +82,11 @@ class KNNLMTuneConfig:
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.nprobe <= 0:
-            raise ValueError(f"nprobe must be positive, got {self.nprobe}")
+            problems.add(f"nprobe must be positive, got {self.nprobe}")
         self.knn.k = max(self.sweep.ks)  # note: one search of the largest k serves every k of the grid
+        problems.raise_if_any()
 
 
 def check_datastore_articles(cfg: KNNLMTuneConfig, loaded: Loaded, articles: dict[str, list[str]]) -> dict[str, Any]:

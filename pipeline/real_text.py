@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from realm.core.checks import Problems
 from realm.core.config import load_config, to_dict
 from realm.core.errors import ConfigError
 from realm.core.precision import check_precision
@@ -104,11 +105,13 @@ class RealTextConfig:
     ``warm_start`` after ICT, ``pretrain`` after pre-training and its evaluation, ``qa`` runs everything."""
 
     def __post_init__(self) -> None:
-        check_precision(self.precision)
+        problems = Problems()
+        problems.check(check_precision, self.precision)
         if self.heldout_docs < 1:
-            raise ValueError(f"heldout_docs must be at least 1, got {self.heldout_docs}")
+            problems.add(f"heldout_docs must be at least 1, got {self.heldout_docs}")
         if self.stop_after not in STAGES:
-            raise ValueError(f"stop_after must be one of {STAGES}, got {self.stop_after!r}")
+            problems.add(f"stop_after must be one of {STAGES}, got {self.stop_after!r}")
+        problems.raise_if_any()
 
 
 def prepare_data(cfg: RealTextConfig, max_block_length: int) -> tuple[dict[str, str], ClozeSets, dict[str, Any]]:

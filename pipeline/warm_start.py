@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from realm.core.checks import Problems
 from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.core.precision import check_precision
@@ -54,9 +55,11 @@ class CopyStage:
     """Wordpieces a block (None: ``WarmStartConfig.copy_block_length``)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.words < 0 or self.steps < 1 or self.sentences < 1:
-            raise ValueError(f"a copy stage needs words >= 0, steps >= 1 and sentences >= 1, got words={self.words} "
-                             f"steps={self.steps} sentences={self.sentences}")  # fmt: skip
+            problems.add(f"a copy stage needs words >= 0, steps >= 1 and sentences >= 1, got words={self.words} "
+                         f"steps={self.steps} sentences={self.sentences}")  # fmt: skip
+        problems.raise_if_any()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -87,15 +90,17 @@ class WarmStartConfig:
     """``train.compile`` of every warm-start stage (``realm.training.compilation``); the pipelines set their own."""
 
     def __post_init__(self) -> None:
-        check_precision(self.precision)
+        problems = Problems()
+        problems.check(check_precision, self.precision)
         if self.copy_curriculum and self.warmup_steps == 0:
-            raise ValueError("copy_curriculum needs the reader warm-up after it (warmup_steps is 0)")
+            problems.add("copy_curriculum needs the reader warm-up after it (warmup_steps is 0)")
         for name in ("warmup_steps", "ict_steps"):
             value = getattr(self, name)
             if value is not None and value < 0:
-                raise ValueError(f"{name} must be >= 0, got {value}")
+                problems.add(f"{name} must be >= 0, got {value}")
         if self.ict_steps == 0:
-            raise ValueError("ict_steps must be at least 1 (pre-training needs a retriever to start from)")
+            problems.add("ict_steps must be at least 1 (pre-training needs a retriever to start from)")
+        problems.raise_if_any()
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,7 @@ import torch
 from accelerate import Accelerator
 from torch.utils.data import DataLoader, Dataset
 
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import run_command
 from realm.core.logging import eta, init_logging
@@ -53,9 +54,11 @@ class ICTLoopConfig(LoopConfig):
     MIN_STEPS: ClassVar[int] = 1  # a job that takes no step has nothing to publish
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.batch_size < 2:
-            raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
-        LoopConfig.__post_init__(self)
+            problems.add(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
+        problems.check(LoopConfig.__post_init__, self)
+        problems.raise_if_any()
 
 
 @dataclass(kw_only=True, slots=True)
@@ -75,15 +78,17 @@ class ICTTaskConfig:
     """DataLoader worker processes that make the batches (``lazy``: the splitting and tokenising moves off the step)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         for name in ("remove_prob", "query_mask_prob"):
             if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be in [0, 1], got {getattr(self, name)}")
+                problems.add(f"{name} must be in [0, 1], got {getattr(self, name)}")
         if self.prepare not in ("eager", "lazy"):
-            raise ValueError(f"prepare must be 'eager' or 'lazy', got {self.prepare!r}")
+            problems.add(f"prepare must be 'eager' or 'lazy', got {self.prepare!r}")
         if self.loader_workers < 0:
-            raise ValueError(f"loader_workers must be >= 0, got {self.loader_workers}")
+            problems.add(f"loader_workers must be >= 0, got {self.loader_workers}")
         if self.query_mask_max_span < 1:
-            raise ValueError(f"query_mask_max_span must be >= 1, got {self.query_mask_max_span}")
+            problems.add(f"query_mask_max_span must be >= 1, got {self.query_mask_max_span}")
+        problems.raise_if_any()
 
 
 @dataclass(kw_only=True, slots=True)

@@ -20,6 +20,7 @@ from typing import ClassVar
 from accelerate import Accelerator
 from torch.utils.data import DataLoader
 
+from realm.core.checks import Problems
 from realm.core.config import config_from_command_line, to_dict
 from realm.core.errors import ConfigError, run_command
 from realm.core.logging import eta, init_logging, progress
@@ -85,14 +86,16 @@ class WarmupTask:
     block."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.sentences and not self.closed_book:
-            raise ValueError("task.sentences needs task.closed_book=true (a sentence of a file has no own block)")
+            problems.add("task.sentences needs task.closed_book=true (a sentence of a file has no own block)")
         if self.masking not in ("salient", "random_token"):
-            raise ValueError(f"task.masking must be 'salient' or 'random_token', got {self.masking!r}")
+            problems.add(f"task.masking must be 'salient' or 'random_token', got {self.masking!r}")
         if self.max_blocks < 0:
-            raise ValueError(f"task.max_blocks must be >= 0 (0: every block), got {self.max_blocks}")
+            problems.add(f"task.max_blocks must be >= 0 (0: every block), got {self.max_blocks}")
         if self.sentences and self.masking != "salient":
-            raise ValueError("task.sentences masks each sentence's gold span; task.masking does not apply")
+            problems.add("task.sentences masks each sentence's gold span; task.masking does not apply")
+        problems.raise_if_any()
 
 
 @dataclass(kw_only=True, slots=True)

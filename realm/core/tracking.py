@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
+from realm.core.checks import Problems
+
 logger = logging.getLogger(__name__)
 
 REPORT_TO = ("none", "wandb", "tensorboard", "all")
@@ -49,16 +51,18 @@ class TrackingConfig:
     """Queries per retrieval table (the first ones of the step's batch on the main process)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.report_to not in REPORT_TO:
-            raise ValueError(f"report_to must be one of {REPORT_TO}, got {self.report_to!r}")
+            problems.add(f"report_to must be one of {REPORT_TO}, got {self.report_to!r}")
         if self.wandb_mode not in WANDB_MODES:
-            raise ValueError(f"wandb_mode must be one of {WANDB_MODES}, got {self.wandb_mode!r}")
+            problems.add(f"wandb_mode must be one of {WANDB_MODES}, got {self.wandb_mode!r}")
         if not self.project.strip():
-            raise ValueError("project must be non-empty")
+            problems.add("project must be non-empty")
         if self.inspect_interval < 0:
-            raise ValueError(f"inspect_interval must be >= 0, got {self.inspect_interval}")
+            problems.add(f"inspect_interval must be >= 0, got {self.inspect_interval}")
         if self.num_inspect_rows <= 0:
-            raise ValueError(f"num_inspect_rows must be positive, got {self.num_inspect_rows}")
+            problems.add(f"num_inspect_rows must be positive, got {self.num_inspect_rows}")
+        problems.raise_if_any()
 
     @property
     def uses_wandb(self) -> bool:

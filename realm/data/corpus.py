@@ -17,6 +17,7 @@ from typing import Any, Iterator, Literal
 import datasets
 import numpy as np
 
+from realm.core.checks import Problems
 from realm.core.errors import DataFileError
 from realm.data.jsonl import iter_json_object, iter_jsonl
 from realm.data.malformed import existing_file, reject, report
@@ -94,17 +95,19 @@ class CorpusConfig:
     """Title wordpieces kept in a block; longer titles are truncated."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.format not in typing.get_args(CorpusFormat):
-            raise ValueError(f"format must be one of {', '.join(typing.get_args(CorpusFormat))}, got {self.format!r}")
+            problems.add(f"format must be one of {', '.join(typing.get_args(CorpusFormat))}, got {self.format!r}")
         if self.max_title_length < 0:
-            raise ValueError(f"max_title_length must be >= 0, got {self.max_title_length}")
+            problems.add(f"max_title_length must be >= 0, got {self.max_title_length}")
         if self.max_block_length < self.max_title_length + 4:
-            raise ValueError(
+            problems.add(
                 f"max_block_length={self.max_block_length} leaves no body wordpiece after [CLS]/[SEP]/[SEP] and "
                 f"a title of max_title_length={self.max_title_length}"
             )
         if not self.text_field or not self.id_field or self.title_field == "":
-            raise ValueError("id_field and text_field must be non-empty (title_field may be null)")
+            problems.add("id_field and text_field must be non-empty (title_field may be null)")
+        problems.raise_if_any()
 
 
 # corpus readers refuse with their own error class

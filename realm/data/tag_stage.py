@@ -55,6 +55,7 @@ import datasets
 from transformers import PreTrainedTokenizerBase
 
 from realm.core.atomic import disk_writes, fsync_path, write_text_atomic
+from realm.core.checks import Problems
 from realm.core.errors import DataFileError, RunError
 from realm.data.articles import read_article_list
 from realm.data.sentences import SENTENCE_FEATURES, load_jsonl_dataset, prepare_sentences
@@ -81,10 +82,12 @@ class TagStageConfig:
     """Lines of the sentences file per shard: the unit of work and of publication (what a kill can lose)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.num_workers < 1:
-            raise ValueError(f"num_workers must be at least 1, got {self.num_workers}")
+            problems.add(f"num_workers must be at least 1, got {self.num_workers}")
         if self.shard_size < 1:
-            raise ValueError(f"shard_size must be at least 1, got {self.shard_size}")
+            problems.add(f"shard_size must be at least 1, got {self.shard_size}")
+        problems.raise_if_any()
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
+from realm.core.checks import Problems
 from realm.core.extras import SPACY_EXTRA_MODEL, install_hint
 
 Span = tuple[int, int, str]
@@ -277,12 +278,14 @@ class TaggingConfig:
     """Texts per spaCy batch."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.kind not in ("rule", "spacy"):
-            raise ValueError(f"kind must be 'rule' or 'spacy', got {self.kind!r}")
+            problems.add(f"kind must be 'rule' or 'spacy', got {self.kind!r}")
         if not self.spacy_model.strip():
-            raise ValueError("spacy_model must name a spaCy package")
+            problems.add("spacy_model must name a spaCy package")
         if self.batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+            problems.add(f"batch_size must be positive, got {self.batch_size}")
+        problems.raise_if_any()
 
 
 def build_tagger(cfg: TaggingConfig) -> SpanTagger:

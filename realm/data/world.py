@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.atomic import write_text_atomic
+from realm.core.checks import Problems
 from realm.data.articles import HELDOUT_ARTICLES_FILE, write_article_list
 from realm.data.sentences import split_sentences
 from realm.data.tagging import CONNECTORS, STOPWORDS
@@ -92,19 +93,21 @@ class WorldConfig:
     must override memory). X, the held-out sentences and the questions state the entities' new facts."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.num_entities < 8:
-            raise ValueError(f"num_entities must be >= 8 (people, cities and organisations), got {self.num_entities}")
+            problems.add(f"num_entities must be >= 8 (people, cities and organisations), got {self.num_entities}")
         if not 0.0 <= self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
+            problems.add(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}")
         max_wordings = min(len(ts) for rels in X_TEMPLATES.values() for ts in rels.values())
         if not 1 <= self.sentences_per_fact <= max_wordings:
-            raise ValueError(f"sentences_per_fact must be in [1, {max_wordings}], got {self.sentences_per_fact}")
+            problems.add(f"sentences_per_fact must be in [1, {max_wordings}], got {self.sentences_per_fact}")
         if self.num_countries < 1:
-            raise ValueError(f"num_countries must be >= 1, got {self.num_countries}")
+            problems.add(f"num_countries must be >= 1, got {self.num_countries}")
         if self.heldout_fact_seed < -1:
-            raise ValueError(f"heldout_fact_seed must be >= 0 (or -1: off), got {self.heldout_fact_seed}")
+            problems.add(f"heldout_fact_seed must be >= 0 (or -1: off), got {self.heldout_fact_seed}")
         if self.redraw_facts_of not in ("heldout", "training"):
-            raise ValueError(f"redraw_facts_of must be 'heldout' or 'training', got {self.redraw_facts_of!r}")
+            problems.add(f"redraw_facts_of must be 'heldout' or 'training', got {self.redraw_facts_of!r}")
+        problems.raise_if_any()
 
 
 @dataclass(slots=True)

@@ -27,6 +27,7 @@ import torch
 from torch import Tensor
 
 from realm.core.atomic import disk_writes
+from realm.core.checks import Problems
 from realm.index import gpu as index_gpu
 
 logger = logging.getLogger(__name__)
@@ -84,17 +85,19 @@ class IndexConfig:
     (3.4 GB for REALM's 13.35M blocks) beside training."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.nprobe <= 0:
-            raise ValueError(f"nprobe must be positive, got {self.nprobe}")
+            problems.add(f"nprobe must be positive, got {self.nprobe}")
         if self.ef_search <= 0:
-            raise ValueError(f"ef_search must be positive, got {self.ef_search}")
+            problems.add(f"ef_search must be positive, got {self.ef_search}")
         if self.train_sample <= 0:
-            raise ValueError(f"train_sample must be positive, got {self.train_sample}")
+            problems.add(f"train_sample must be positive, got {self.train_sample}")
         if self.memory_budget_gb < 0:
-            raise ValueError(f"memory_budget_gb must be >= 0 (0 = no budget), got {self.memory_budget_gb}")
+            problems.add(f"memory_budget_gb must be >= 0 (0 = no budget), got {self.memory_budget_gb}")
         if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
-        check_factory(self.factory)
+            problems.add(f"metric must be one of {sorted(METRICS)}, got {self.metric!r}")
+        problems.check(check_factory, self.factory)
+        problems.raise_if_any()
 
 
 def _faiss_message(err: Exception) -> str:

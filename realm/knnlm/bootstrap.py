@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from torch import Tensor
 
+from realm.core.checks import Problems
 from realm.knnlm.knn import perplexity
 
 UNITS = ("token", "document")
@@ -42,12 +43,14 @@ class BootstrapConfig:
     """What is resampled: ``token`` (every evaluation token independently) or ``document`` (whole documents)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.num_resamples < 1:
-            raise ValueError(f"num_resamples must be >= 1, got {self.num_resamples}")
+            problems.add(f"num_resamples must be >= 1, got {self.num_resamples}")
         if not 0.0 < self.confidence < 1.0:
-            raise ValueError(f"confidence must be in (0, 1), got {self.confidence}")
+            problems.add(f"confidence must be in (0, 1), got {self.confidence}")
         if self.unit not in UNITS:
-            raise ValueError(f"unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
+            problems.add(f"unit must be one of {', '.join(UNITS)}, got {self.unit!r}")
+        problems.raise_if_any()
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,6 +36,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from realm.core.checks import Problems
 from realm.core.errors import RunError
 from realm.index import budget, torch_search
 from realm.index.mips import FaissIndex, IndexConfig
@@ -74,14 +75,16 @@ class DatastoreConfig:
     """Published versions kept; older ones are removed after a new one is published."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         from realm.knnlm.lm import KEY_TYPES, LAST_LAYER  # note: lm imports transformers; only constants are needed
 
         if self.key_type not in KEY_TYPES:
-            raise ValueError(f"key_type must be one of {', '.join(KEY_TYPES)}, got {self.key_type!r}")
+            problems.add(f"key_type must be one of {', '.join(KEY_TYPES)}, got {self.key_type!r}")
         if self.key_type == "h_sm" and self.layer != LAST_LAYER:
-            raise ValueError("key_type h_sm is read at the output layer: layer must stay -1")
+            problems.add("key_type h_sm is read at the output layer: layer must stay -1")
         if self.keep_versions < 1:
-            raise ValueError(f"keep_versions must be >= 1, got {self.keep_versions}")
+            problems.add(f"keep_versions must be >= 1, got {self.keep_versions}")
+        problems.raise_if_any()
 
 
 def model_fingerprint(model: nn.Module) -> str:

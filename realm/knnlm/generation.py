@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 from transformers import LogitsProcessor, PreTrainedModel
 
+from realm.core.checks import Problems
 from realm.core.errors import ConfigError, RunError
 from realm.index.mips import METRICS
 from realm.knnlm import knn
@@ -55,14 +56,16 @@ class KNNGenerationConfig:
     """Refuse a datastore whose keys came from other LM weights (hashes the weights once, at construction)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.k <= 0:
-            raise ValueError(f"k must be positive, got {self.k}")
+            problems.add(f"k must be positive, got {self.k}")
         if not 0.0 <= self.lambda_ <= 1.0:
-            raise ValueError(f"lambda_ must be in [0, 1], got {self.lambda_}")
+            problems.add(f"lambda_ must be in [0, 1], got {self.lambda_}")
         if not self.tau > 0:
-            raise ValueError(f"tau must be positive, got {self.tau}")
+            problems.add(f"tau must be positive, got {self.tau}")
         if self.metric and self.metric not in METRICS:
-            raise ValueError(f"metric must be empty or one of {', '.join(sorted(METRICS))}, got {self.metric!r}")
+            problems.add(f"metric must be empty or one of {', '.join(sorted(METRICS))}, got {self.metric!r}")
+        problems.raise_if_any()
 
 
 def mix_sparse(lm_scores: Tensor, ids: Tensor, knn_log_probs: Tensor, lam: float) -> Tensor:

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 from torch import Tensor, nn
 
+from realm.core.checks import Problems
 from realm.knnlm import knn
 
 logger = logging.getLogger(__name__)
@@ -44,12 +45,14 @@ class LearnedConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if min(self.rows_per_token, self.k, self.steps, self.batch_size) <= 0 or not self.tau > 0:
-            raise ValueError("rows_per_token, k, steps, batch_size and tau must be positive")
+            problems.add("rows_per_token, k, steps, batch_size and tau must be positive")
         if not 0.0 < self.lambda_ < 1.0:
-            raise ValueError(f"lambda_ must be in (0, 1) to train W_ds, got {self.lambda_}")
+            problems.add(f"lambda_ must be in (0, 1) to train W_ds, got {self.lambda_}")
         if self.allocation not in ALLOCATIONS:
-            raise ValueError(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
+            problems.add(f"allocation must be one of {', '.join(ALLOCATIONS)}, got {self.allocation!r}")
+        problems.raise_if_any()
 
 
 def allocate_rows(counts: Tensor, rows_per_token: int, allocation: str = "uniform") -> Tensor:

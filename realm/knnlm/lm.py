@@ -33,6 +33,7 @@ from transformers import (
     PreTrainedTokenizerBase,
 )
 
+from realm.core.checks import Problems
 from realm.core.errors import ConfigError, InputError, MissingFileError
 from realm.core.precision import DTYPES, check_precision, resolve_precision, set_attention
 
@@ -75,13 +76,15 @@ class LMConfig:
     device: str = "cpu"
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.context_length < 2:
-            raise ValueError(f"context_length must be >= 2, got {self.context_length}")
-        if not 1 <= self.stride < self.context_length:
-            raise ValueError(f"stride must be in 1..context_length-1={self.context_length - 1}, got {self.stride}")
+            problems.add(f"context_length must be >= 2, got {self.context_length}")
+        elif not 1 <= self.stride < self.context_length:
+            problems.add(f"stride must be in 1..context_length-1={self.context_length - 1}, got {self.stride}")
         if self.batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
-        check_precision(self.precision)
+            problems.add(f"batch_size must be positive, got {self.batch_size}")
+        problems.check(check_precision, self.precision)
+        problems.raise_if_any()
 
 
 def load_causal_lm(cfg: LMConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from realm.core.checks import Problems
 from realm.core.errors import ArgumentError
 from realm.knnlm import knn
 from realm.knnlm.datastore import DOC_STARTS_FILE, Datastore
@@ -48,9 +49,11 @@ class InspectConfig:
     """Tokens of highest p_kNN listed per position (the neighbours' mass summed by token)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.context_tokens < 1 or self.num_top_tokens < 0:
-            raise ValueError(f"context_tokens must be >= 1 and num_top_tokens >= 0, got {self.context_tokens}, "
-                             f"{self.num_top_tokens}")  # fmt: skip
+            problems.add(f"context_tokens must be >= 1 and num_top_tokens >= 0, got {self.context_tokens}, "
+                         f"{self.num_top_tokens}")  # fmt: skip
+        problems.raise_if_any()
 
 
 @dataclass(slots=True)

@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from realm.core.checks import Problems
 from realm.core.errors import ConfigError
 
 logger = logging.getLogger(__name__)
@@ -44,12 +45,14 @@ class OverlapConfig:
     """``refuse`` (stop with an error naming the overlap) or ``report`` (log it and record it in the results)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.ngram < 2:
-            raise ValueError(f"ngram must be >= 2, got {self.ngram}")
+            problems.add(f"ngram must be >= 2, got {self.ngram}")
         if not 0.0 <= self.max_fraction <= 1.0:
-            raise ValueError(f"max_fraction must be in [0, 1], got {self.max_fraction}")
+            problems.add(f"max_fraction must be in [0, 1], got {self.max_fraction}")
         if self.action not in ACTIONS:
-            raise ValueError(f"action must be one of {', '.join(ACTIONS)}, got {self.action!r}")
+            problems.add(f"action must be one of {', '.join(ACTIONS)}, got {self.action!r}")
+        problems.raise_if_any()
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from torch import Tensor
 from transformers import PreTrainedModel
 
 from realm.core.atomic import write_text_atomic
+from realm.core.checks import Problems
 from realm.core.errors import ConfigError
 from realm.core.logging import progress
 from realm.knnlm import knn
@@ -54,12 +55,14 @@ class KNNConfig:
     faster (measured: 6x from 256 to 2048 queries on 300k x 128 keys)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.k <= 0 or self.search_batch <= 0:
-            raise ValueError(f"k and search_batch must be positive, got {self.k}, {self.search_batch}")
+            problems.add(f"k and search_batch must be positive, got {self.k}, {self.search_batch}")
         if not 0.0 <= self.lambda_ <= 1.0:
-            raise ValueError(f"lambda_ must be in [0, 1], got {self.lambda_}")
+            problems.add(f"lambda_ must be in [0, 1], got {self.lambda_}")
         if not self.tau > 0:
-            raise ValueError(f"tau must be positive, got {self.tau}")
+            problems.add(f"tau must be positive, got {self.tau}")
+        problems.raise_if_any()
 
 
 @dataclass(slots=True)

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerBase
 
+from realm.core.checks import Problems
 from realm.core.errors import ConfigError
 from realm.core.logging import progress
 from realm.data.vocab import load_tokenizer, train_wordpiece
@@ -52,10 +53,12 @@ class TinyLMConfig:
     optim: OptimConfig = field(default_factory=_default_optim)
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+            problems.add(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if min(self.num_layers, self.context_length - 1, self.steps, self.batch_size, self.vocab_size) <= 0:
-            raise ValueError("num_layers, steps, batch_size, vocab_size must be positive and context_length >= 2")
+            problems.add("num_layers, steps, batch_size, vocab_size must be positive and context_length >= 2")
+        problems.raise_if_any()
 
 
 def tiny_gpt2(vocab_size: int, cfg: TinyLMConfig, bos: int) -> GPT2LMHeadModel:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from transformers import BertConfig
 
+from realm.core.checks import Problems
 from realm.models.pretrained import read_bert_config
 
 
@@ -26,12 +27,14 @@ class ModelConfig:
     dropout: float = 0.1
 
     def __post_init__(self) -> None:
-        if self.hidden_size % self.num_heads:
-            raise ValueError(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
+        problems = Problems()
+        if self.num_heads > 0 and self.hidden_size % self.num_heads:  # note: 0 heads is a size problem below
+            problems.add(f"hidden_size {self.hidden_size} is not divisible by num_heads {self.num_heads}")
         if min(self.hidden_size, self.num_layers, self.num_heads, self.intermediate_size) <= 0:
-            raise ValueError("model sizes must be positive")
+            problems.add("model sizes must be positive")
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+            problems.add(f"dropout must be in [0, 1), got {self.dropout}")
+        problems.raise_if_any()
 
     def bert_config(self, vocab_size: int) -> BertConfig:
         """The ``BertConfig`` for a vocabulary of ``vocab_size`` (or the pretrained one's when ``init_from``)."""

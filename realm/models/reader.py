@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
+from realm.core.checks import Problems
 from realm.models.pretrained import LoadsInTrainingDtype
 
 
@@ -33,13 +34,15 @@ class ReaderConfig:
     """Wordpieces of a reader input ``[CLS] question [SEP] body [SEP]``; the body is cut to fit."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if min(self.span_hidden_size, self.max_span_width, self.reader_beam) <= 0:
-            raise ValueError("span_hidden_size, max_span_width and reader_beam must be positive")
+            problems.add("span_hidden_size, max_span_width and reader_beam must be positive")
         if self.max_question_length < 3 or self.max_sequence_length < self.max_question_length + 2:
-            raise ValueError(
+            problems.add(
                 f"max_question_length ({self.max_question_length}) must be >= 3 and max_sequence_length "
                 f"({self.max_sequence_length}) must leave room for a body after the question"
             )
+        problems.raise_if_any()
 
 
 def reader_config(bert_config: BertConfig, span_hidden_size: int) -> BertConfig:

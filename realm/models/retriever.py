@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from transformers import BertConfig, BertModel, BertPreTrainedModel
 
+from realm.core.checks import Problems
 from realm.core.errors import ConfigError
 from realm.models.pretrained import POOLINGS, LoadsInTrainingDtype, model_pooling, read_bert_config
 
@@ -91,30 +92,33 @@ class RetrieverConfig:
     with. ICT and QA fine-tuning (which always trains the query tower) ignore it."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.embed_dim <= 0:
-            raise ValueError(f"embed_dim must be positive, got {self.embed_dim}")
+            problems.add(f"embed_dim must be positive, got {self.embed_dim}")
         if self.num_candidates < 2:
-            raise ValueError(f"num_candidates must be >= 2 (null document + one retrieved), got {self.num_candidates}")
+            problems.add(f"num_candidates must be >= 2 (null document + one retrieved), got {self.num_candidates}")
         if self.num_extra_retrieved < 0:
-            raise ValueError(f"num_extra_retrieved must be >= 0, got {self.num_extra_retrieved}")
+            problems.add(f"num_extra_retrieved must be >= 0, got {self.num_extra_retrieved}")
         if self.exclude_source not in EXCLUDE_SOURCES:
-            raise ValueError(f"exclude_source must be one of {EXCLUDE_SOURCES}, got {self.exclude_source!r}")
+            problems.add(f"exclude_source must be one of {EXCLUDE_SOURCES}, got {self.exclude_source!r}")
         if self.pooling not in (*POOLINGS, "model"):
-            raise ValueError(f"pooling must be 'cls', 'mean' or 'model', got {self.pooling!r}")
+            problems.add(f"pooling must be 'cls', 'mean' or 'model', got {self.pooling!r}")
         if self.init_projection not in INIT_PROJECTIONS:
-            raise ValueError(f"init_projection must be one of {INIT_PROJECTIONS}, got {self.init_projection!r}")
+            problems.add(f"init_projection must be one of {INIT_PROJECTIONS}, got {self.init_projection!r}")
         if self.score not in SCORES:
-            raise ValueError(f"score must be one of {SCORES}, got {self.score!r}")
+            problems.add(f"score must be one of {SCORES}, got {self.score!r}")
         if self.score_scale <= 0:
-            raise ValueError(f"score_scale must be positive, got {self.score_scale}")
-        if not 0 <= self.explore_slots <= self.num_candidates - 2:  # note: the best slot is always the top one
-            raise ValueError(f"explore_slots must be in [0, num_candidates - 2], got {self.explore_slots}")
+            problems.add(f"score_scale must be positive, got {self.score_scale}")
+        # note: the best slot is always the top one (and a num_candidates below 2 is reported above)
+        if self.num_candidates >= 2 and not 0 <= self.explore_slots <= self.num_candidates - 2:
+            problems.add(f"explore_slots must be in [0, num_candidates - 2], got {self.explore_slots}")
         if self.explore_slots and self.explore_pool < self.num_candidates:
-            raise ValueError(f"explore_pool must be >= num_candidates, got {self.explore_pool}")
+            problems.add(f"explore_pool must be >= num_candidates, got {self.explore_pool}")
         if not self.explore_temperature > 0:
-            raise ValueError(f"explore_temperature must be positive, got {self.explore_temperature}")
+            problems.add(f"explore_temperature must be positive, got {self.explore_temperature}")
         if self.max_query_length < 4 or self.max_block_length < 4:
-            raise ValueError("max_query_length and max_block_length must be at least 4 wordpieces")
+            problems.add("max_query_length and max_block_length must be at least 4 wordpieces")
+        problems.raise_if_any()
 
     @property
     def num_retrieved(self) -> int:

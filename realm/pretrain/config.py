@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from realm.core.checks import Problems
 from realm.core.tracking import TrackingConfig
 from realm.models.bert import ModelConfig
 from realm.models.retriever import RetrieverConfig
@@ -46,16 +47,18 @@ class TrainConfig(LoopConfig):
     MIN_STEPS: ClassVar[int] = 1  # a job that takes no step has nothing to publish
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.grad_accum_steps < 1:
-            raise ValueError(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
-        LoopConfig.__post_init__(self)
+            problems.add(f"grad_accum_steps must be >= 1, got {self.grad_accum_steps}")
+        problems.check(LoopConfig.__post_init__, self)
         if self.loss not in LOSSES:
-            raise ValueError(f"loss must be one of {sorted(LOSSES)}, got {self.loss!r}")
+            problems.add(f"loss must be one of {sorted(LOSSES)}, got {self.loss!r}")
         if self.eval_interval < 0:
-            raise ValueError(f"eval_interval must be >= 0, got {self.eval_interval}")
+            problems.add(f"eval_interval must be >= 0, got {self.eval_interval}")
         explicit_resume = self.resume not in ("auto", "never")
         if explicit_resume and (self.init_retriever or self.init_encoder):
-            raise ValueError("resume from a checkpoint and init_* warm starts cannot both be set")
+            problems.add("resume from a checkpoint and init_* warm starts cannot both be set")
+        problems.raise_if_any()
 
 
 EVAL_SEARCH_MODES = ("auto", "exact", "index")
@@ -82,15 +85,17 @@ class EvalConfig:
     the corpus size (65,536 blocks at 128 dims and 1,000 queries: about 300 MB)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.search not in EVAL_SEARCH_MODES:
-            raise ValueError(f"eval.search must be one of {', '.join(EVAL_SEARCH_MODES)}, got {self.search!r}")
+            problems.add(f"eval.search must be one of {', '.join(EVAL_SEARCH_MODES)}, got {self.search!r}")
         if self.exact_chunk_blocks < 1:
-            raise ValueError(f"eval.exact_chunk_blocks must be >= 1, got {self.exact_chunk_blocks}")
+            problems.add(f"eval.exact_chunk_blocks must be >= 1, got {self.exact_chunk_blocks}")
         if self.max_examples < 1 or self.interval_examples < 0 or self.batch_size < 1:
-            raise ValueError(
+            problems.add(
                 f"eval needs max_examples >= 1, interval_examples >= 0 and batch_size >= 1, got {self.max_examples}, "
                 f"{self.interval_examples} and {self.batch_size}"
             )
+        problems.raise_if_any()
 
 
 @dataclass(kw_only=True, slots=True)

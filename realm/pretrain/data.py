@@ -11,6 +11,7 @@ from pathlib import Path
 import datasets
 from torch.utils.data import DataLoader
 
+from realm.core.checks import Problems
 from realm.data.masking import MASKING_MODES, MaskingMode
 from realm.data.packing import SpecialIds
 from realm.data.tag_stage import TagJob, TagStageConfig, complete_manifest, tagged_sentences
@@ -51,8 +52,10 @@ class DataConfig:
     """Where prepared (tokenised + tagged) sentences are cached; default ``RUN/data``."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.masking not in MASKING_MODES or self.masking == "gold":
-            raise ValueError(f"masking must be salient, random_span or random_token, got {self.masking!r}")
+            problems.add(f"masking must be salient, random_span or random_token, got {self.masking!r}")
+        problems.raise_if_any()
 
 
 def sentence_tag_job(

@@ -30,8 +30,9 @@ import numpy as np
 from transformers import BertConfig, PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
+from realm.core.checks import Problems
 from realm.core.config import load_config
-from realm.core.errors import ArgumentError, ConfigError, MissingPackageError, RunError
+from realm.core.errors import ArgumentError, MissingPackageError, RunError
 from realm.data.block_store import BlockStore
 from realm.data.packing import SpecialIds
 from realm.index import versions
@@ -88,14 +89,16 @@ class ExportConfig:
     embeddings is held beside it."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.format not in FORMATS:
-            raise ConfigError(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
+            problems.add(f"format must be one of {', '.join(FORMATS)}, got {self.format!r}")
         if self.index not in INDEX_SOURCES:
-            raise ConfigError(f"index must be one of {', '.join(INDEX_SOURCES)}, got {self.index!r}")
+            problems.add(f"index must be one of {', '.join(INDEX_SOURCES)}, got {self.index!r}")
         if self.step is not None and self.checkpoint is not None:
-            raise ConfigError("name a step or a checkpoint folder, not both")
+            problems.add("name a step or a checkpoint folder, not both")
         if self.exact_chunk_blocks < 1:
-            raise ConfigError(f"exact_chunk_blocks must be >= 1, got {self.exact_chunk_blocks}")
+            problems.add(f"exact_chunk_blocks must be >= 1, got {self.exact_chunk_blocks}")
+        problems.raise_if_any()
 
 
 def check_backbone(init_from: str | None, where: str) -> None:

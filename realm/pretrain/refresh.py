@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from realm.core.checks import Problems
 from realm.core.precision import check_precision
 
 
@@ -54,30 +55,37 @@ class RefreshConfig:
     up when no builder consumes them; the builder only ever builds the newest)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.refresh_interval <= 0:
-            raise ValueError(f"refresh_interval must be positive, got {self.refresh_interval}")
+            problems.add(f"refresh_interval must be positive, got {self.refresh_interval}")
         if self.keep_exports < 1:
-            raise ValueError(f"keep_exports must be >= 1, got {self.keep_exports}")
+            problems.add(f"keep_exports must be >= 1, got {self.keep_exports}")
         if self.max_staleness < 0:
-            raise ValueError(f"max_staleness must be >= 0, got {self.max_staleness}")
-        check_precision(self.builder_precision, "builder_precision", allow_empty=True)
+            problems.add(f"max_staleness must be >= 0, got {self.max_staleness}")
+        problems.check(check_precision, self.builder_precision, "builder_precision", allow_empty=True)
         if self.builder_num_processes < 1:
-            raise ValueError(f"builder_num_processes must be >= 1, got {self.builder_num_processes}")
+            problems.add(f"builder_num_processes must be >= 1, got {self.builder_num_processes}")
         self.builder_devices = str(self.builder_devices).replace(" ", "")
         devices = self.builder_devices.split(",") if self.builder_devices else []
         if any(not d for d in devices):
-            raise ValueError(f"builder_devices must be comma-separated GPU ids, got {self.builder_devices!r}")
+            problems.add(f"builder_devices must be comma-separated GPU ids, got {self.builder_devices!r}")
         if devices and self.builder_num_processes > len(devices):
-            raise ValueError(
+            problems.add(
                 f"builder_num_processes={self.builder_num_processes} needs as many builder_devices "
                 f"(each process takes one GPU), got {self.builder_devices!r}"
             )
-        shortest = min(interval for _, _, interval in self.schedule().pieces)
-        if not -1 <= self.swap_lag < shortest:
-            raise ValueError(
-                f"swap_lag must be -1 (swap when loaded) or in [0, {shortest}) (below the shortest export interval, "
-                f"so that no export is skipped), got {self.swap_lag}"
-            )
+        if self.refresh_schedule or self.refresh_interval > 0:  # note: else refresh_interval's problem says it
+            try:
+                shortest = min(interval for _, _, interval in self.schedule().pieces)
+            except ValueError as err:  # a malformed refresh_schedule
+                problems.add(str(err))
+            else:
+                if not -1 <= self.swap_lag < shortest:
+                    problems.add(
+                        f"swap_lag must be -1 (swap when loaded) or in [0, {shortest}) (below the shortest export "
+                        f"interval, so that no export is skipped), got {self.swap_lag}"
+                    )
+        problems.raise_if_any()
 
     def schedule(self, initial_only: bool = False) -> "RefreshSchedule":
         """When the trainer exports; ``initial_only`` (a frozen retriever, ``RetrieverConfig.frozen``): never after the

@@ -16,6 +16,7 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from realm.core.checks import Problems
 from realm.data.block_store import BlockStore
 from realm.index.text_bm25 import TextBM25, titled_texts
 
@@ -32,8 +33,10 @@ class RetrievalConfig:
     blocks' ``title text``, ranked once per question at start-up (needs ``pip install bm25s PyStemmer``)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.candidates not in CANDIDATE_SOURCES:
-            raise ValueError(f"retrieval.candidates must be one of {CANDIDATE_SOURCES}, got {self.candidates!r}")
+            problems.add(f"retrieval.candidates must be one of {CANDIDATE_SOURCES}, got {self.candidates!r}")
+        problems.raise_if_any()
 
 
 def store_bm25(store: BlockStore) -> TextBM25:

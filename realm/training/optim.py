@@ -11,6 +11,8 @@ import torch
 from torch import nn
 from torch.optim.lr_scheduler import LambdaLR
 
+from realm.core.checks import Problems
+
 logger = logging.getLogger(__name__)
 
 SCHEDULES = ("linear", "wsd")
@@ -61,20 +63,22 @@ class OptimConfig:
     (one parameter at a time). The same update up to float rounding."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if not (self.lr > 0 and self.retriever_lr_scale > 0):  # note: `not >` also refuses NaN (`<= 0` let it by)
-            raise ValueError(f"lr and retriever_lr_scale must be positive, got {self.lr}, {self.retriever_lr_scale}")
+            problems.add(f"lr and retriever_lr_scale must be positive, got {self.lr}, {self.retriever_lr_scale}")
         if self.implementation not in IMPLEMENTATIONS:
-            raise ValueError(f"implementation must be one of {tuple(IMPLEMENTATIONS)}, got {self.implementation!r}")
+            problems.add(f"implementation must be one of {tuple(IMPLEMENTATIONS)}, got {self.implementation!r}")
         if self.schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+            problems.add(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.lr_base_width < 0:
-            raise ValueError(f"lr_base_width must be >= 0 (0: off), got {self.lr_base_width}")
+            problems.add(f"lr_base_width must be >= 0 (0: off), got {self.lr_base_width}")
         if not all(v >= 0 for v in (self.warmup_steps, self.weight_decay, self.max_grad_norm, self.decay_steps)):
-            raise ValueError("warmup_steps, decay_steps, weight_decay and max_grad_norm must be >= 0")
+            problems.add("warmup_steps, decay_steps, weight_decay and max_grad_norm must be >= 0")
         if self.retriever_warmup_steps is not None and self.retriever_warmup_steps < 0:
-            raise ValueError(f"retriever_warmup_steps must be >= 0 (or unset), got {self.retriever_warmup_steps}")
+            problems.add(f"retriever_warmup_steps must be >= 0 (or unset), got {self.retriever_warmup_steps}")
         if self.retriever_delay_steps < 0:
-            raise ValueError(f"retriever_delay_steps must be >= 0, got {self.retriever_delay_steps}")
+            problems.add(f"retriever_delay_steps must be >= 0, got {self.retriever_delay_steps}")
+        problems.raise_if_any()
 
 
 def model_width(model: nn.Module) -> int:

@@ -23,6 +23,7 @@ import torch
 from accelerate import Accelerator
 from accelerate.utils import broadcast_object_list
 
+from realm.core.checks import Problems
 from realm.core.config import save_config
 from realm.core.errors import RunError, UserError
 from realm.core.logging import MetricsLogger, cut_log, set_num_threads
@@ -84,17 +85,19 @@ class LoopConfig:
     """The fewest ``max_steps`` a job accepts (a job that must take a step sets 1)."""
 
     def __post_init__(self) -> None:
+        problems = Problems()
         if self.max_steps < self.MIN_STEPS:
-            raise ValueError(f"max_steps must be >= {self.MIN_STEPS}, got {self.max_steps}")
+            problems.add(f"max_steps must be >= {self.MIN_STEPS}, got {self.max_steps}")
         if self.batch_size <= 0:
-            raise ValueError(f"batch_size must be positive, got {self.batch_size}")
+            problems.add(f"batch_size must be positive, got {self.batch_size}")
         if min(self.log_interval, self.save_interval, self.keep_checkpoints) <= 0:
-            raise ValueError("log_interval, save_interval and keep_checkpoints must be positive")
+            problems.add("log_interval, save_interval and keep_checkpoints must be positive")
         if self.stop_at_step < 0:
-            raise ValueError(f"stop_at_step must be >= 0, got {self.stop_at_step}")
+            problems.add(f"stop_at_step must be >= 0, got {self.stop_at_step}")
         if not self.run_dir:
-            raise ValueError("run_dir must be set")
-        check_precision(self.precision)
+            problems.add("run_dir must be set")
+        problems.check(check_precision, self.precision)
+        problems.raise_if_any()
 
     @property
     def last_step(self) -> int:
@@ -144,8 +147,7 @@ class TrainingLoop:
     ) -> None:
         self.accelerator, self.cfg, self.optim = accelerator, loop, optim
         self.model, self.optimizer, self.scheduler, self.config = model, optimizer, scheduler, config
-        self.run_dir = Path(loop.run_dir)
-        self.step = 0
+        self.run_dir, self.step = Path(loop.run_dir), 0
         self.rank_tensors: dict[str, torch.Tensor] = {}
         """This process's own tensors in the checkpoint ``resume`` restored ({} when none)."""
         self.window = MetricWindow()
@@ -239,9 +241,8 @@ class TrainingLoop:
         """
         device = self.accelerator.device
         first = self.nonfinite_step if self.nonfinite_step is not None else torch.zeros((), dtype=torch.long)
-        bad_weights = torch.zeros((), dtype=torch.bool)
-        if weights:
-            bad_weights = ~torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()]).all()
+        bad_weights = (~torch.stack([torch.isfinite(p.detach()).all() for p in self.model.parameters()]).all()
+                       if weights else torch.zeros((), dtype=torch.bool))  # fmt: skip
         flags = torch.stack([first.to(device), bad_weights.to(device).long()])[None]
         rows = (self.accelerator.gather(flags) if self.accelerator.num_processes > 1 else flags).tolist()
         steps = [step for step, _ in rows if step > 0]
@@ -260,6 +261,10 @@ class TrainingLoop:
 
     def save_due(self) -> bool:
         return self.step % self.cfg.save_interval == 0 or self.step == self.cfg.last_step
+
+    def eval_due(self, interval: int) -> bool:
+        """Every ``interval`` steps from step 0 (0: never); unlike a log or a save, not forced at the last step."""
+        return interval > 0 and self.step % interval == 0
 
     def log_window(self, prefix: str, extra: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], int]:
         """Logs the window's means as ``prefix/name`` plus ``extra`` at the current step, then starts a new window.
@@ -295,10 +300,9 @@ class TrainingLoop:
         self.check_finite()
         sizes = {name: (self.run_dir / name).stat().st_size if (self.run_dir / name).is_file() else 0
                  for name in self.appended_logs}  # fmt: skip
-        return save_checkpoint(
-            self.accelerator, self.run_dir, self.step, {**(state or {}), LOG_SIZES: sizes}, self.config,
-            self.cfg.keep_checkpoints, self.scheduler, dict(rank_tensors or {}),
-        )  # fmt: skip
+        state = {**(state or {}), LOG_SIZES: sizes}
+        return save_checkpoint(self.accelerator, self.run_dir, self.step, state, self.config, self.cfg.keep_checkpoints,
+                               self.scheduler, dict(rank_tensors or {}))  # fmt: skip
 
     def close(self) -> None:
         self.metrics.close()
