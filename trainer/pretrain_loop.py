@@ -11,9 +11,9 @@ import functools
 import itertools
 import logging
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import NoReturn
+from typing import Any, Mapping, NoReturn
 
 import torch
 from accelerate import Accelerator
@@ -104,10 +104,7 @@ class Trainer:
         self.loss_fn = get_loss(cfg.train.loss)
         self.schedule = cfg.refresh.schedule(initial_only=cfg.retriever.frozen)  # a frozen retriever: one index
         self.loop.appended_logs.append(RETRIEVALS_FILE)
-        state = self.loop.resume()
-        self.resumed_index_step: int | None = state.get(INDEX_STEP)
-        """The index version the checkpoint searched (None for a fresh run): a resumed run starts on it."""
-        self.totals = RunTotals(**state.get("totals", {}))
+        self.load_state_dict(self.loop.resume())  # before the index side below, which starts from what it restores
         self.metrics = self.loop.metrics
         prefetch = cfg.train.prefetch_candidates
         self.candidates = CandidatePipeline(self.start_retrieval, self.accelerator.device, prefetch)
@@ -148,6 +145,22 @@ class Trainer:
         """The index this process searches (the same version on every process)."""
         return self.sync.index
 
+    # ------------------------------------------------------------------------------------------- checkpointed state
+
+    def state_dict(self) -> dict[str, Any]:
+        """What a checkpoint keeps of the trainer itself (torchtitan's Stateful trainer): the index version it searched,
+        the export the next steps wait for (``EXPORT_STEP``, so that it is pinned: ``realm.run.layout.pinned_steps``)
+        and the run's totals. The scaffold adds the step and log sizes; accelerate saves model, optimizer and RNG."""
+        totals = replace(self.totals, wall_s=self._wall_now())
+        index_step = self.index.step if self.index else None
+        return {INDEX_STEP: index_step, EXPORT_STEP: self.schedule.last_export(self.step), "totals": asdict(totals)}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restores ``state_dict``'s state ({}: a fresh run). ``resumed_index_step`` is the index version the checkpoint
+        searched (None for a fresh run): a resumed run starts on it."""
+        self.resumed_index_step: int | None = state.get(INDEX_STEP)
+        self.totals = RunTotals(**state.get("totals", {}))
+
     # ------------------------------------------------------------------------------------------- index side
 
     def export_retriever(self) -> None:
@@ -182,18 +195,11 @@ class Trainer:
                     self.accelerator.distributed_type, self.accelerator.mixed_precision)  # fmt: skip
         self.sync.start_at(self.start_version(), self.step, cfg.refresh.initial_index_timeout_s)
 
-        loader = pretrain_loader(
-            self.sentences,
-            self.special,
-            cfg.data,
-            max_query_length=cfg.retriever.max_query_length,
-            batch_size=cfg.train.batch_size,
-            seed=cfg.train.seed,
-            start_step=self.step,
-            rank=self.accelerator.process_index,
-            world_size=self.num_processes,
-            accum_steps=cfg.train.grad_accum_steps,
-        )
+        loader = pretrain_loader(self.sentences, self.special, cfg.data,
+                                 max_query_length=cfg.retriever.max_query_length,
+                                 batch_size=cfg.train.batch_size, seed=cfg.train.seed, start_step=self.step,
+                                 rank=self.accelerator.process_index, world_size=self.num_processes,
+                                 accum_steps=cfg.train.grad_accum_steps)  # fmt: skip
         micro_batches = iterate(loader)
         if cfg.train.eval_interval and self.step == 0:
             self.evaluate()  # the curve's first point: the starting model on the first index
@@ -231,7 +237,6 @@ class Trainer:
             if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
                 self.evaluate()
             if self.loop.save_due():
-                self.totals.wall_s = self._wall_now()
                 self.save()
             # note: a collective, after everything of the step, so a resumed run needs nothing of it redone
             if not self.loop.done and (signum := self.preemption.agreed(self.accelerator)):
@@ -335,16 +340,9 @@ class Trainer:
 
     def log_retrievals(self, batch, output) -> None:
         """A table of what each sampled query retrieved, p(z|x), p(y|z,x) (W&B and RUN/retrievals.jsonl)."""
-        rows = retrieval_rows(
-            batch,
-            output,
-            self.store,
-            self.tokenizer,
-            index_version=self.index.step,
-            staleness=max(self.step - self.index.step, 0),
-            step=self.step,
-            max_rows=self.cfg.tracking.num_inspect_rows,
-        )
+        rows = retrieval_rows(batch, output, self.store, self.tokenizer, index_version=self.index.step,
+                              staleness=max(self.step - self.index.step, 0), step=self.step,
+                              max_rows=self.cfg.tracking.num_inspect_rows)  # fmt: skip
         log_retrieval_table(self.accelerator, rows, self.step, self.run_dir)
 
     def evaluate(self) -> dict:
@@ -361,9 +359,7 @@ class Trainer:
         return result
 
     def save(self) -> None:
-        # note: EXPORT_STEP, so the export the next steps wait for is pinned (realm.run.layout.pinned_steps)
-        state = {INDEX_STEP: self.index.step if self.index else None, EXPORT_STEP: self.schedule.last_export(self.step)}
-        self.loop.save({**state, "totals": vars(self.totals)}, rank_tensors=self.candidates.pending_choice())
+        self.loop.save(self.state_dict(), rank_tensors=self.candidates.pending_choice())
 
     def summary(self) -> dict:
         return run_summary(self.totals, step=self.step, world_size=self.num_processes,
@@ -376,7 +372,6 @@ class Trainer:
         if self.loop.window.num_steps:
             self.log_window(window_s)
         if not self.loop.save_due():
-            self.totals.wall_s = self._wall_now()
             self.save()
         self._preempted = True
         raise self.preemption.stop(self.accelerator, self.step, signum)
