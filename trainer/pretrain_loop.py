@@ -201,7 +201,7 @@ class Trainer:
                                  rank=self.accelerator.process_index, world_size=self.num_processes,
                                  accum_steps=cfg.train.grad_accum_steps)  # fmt: skip
         micro_batches = iterate(loader)
-        if cfg.train.eval_interval and self.step == 0:
+        if self.step == 0 and self.loop.eval_due(cfg.train.eval_interval):
             self.evaluate()  # the curve's first point: the starting model on the first index
 
         def next_step_batches() -> list[RealmBatch]:
@@ -234,7 +234,7 @@ class Trainer:
                 t_window = time.perf_counter()
             if cfg.tracking.is_inspect_due(self.step) and self.accelerator.is_main_process:
                 self.log_retrievals(batch, out.output)
-            if cfg.train.eval_interval and self.step % cfg.train.eval_interval == 0:
+            if self.loop.eval_due(cfg.train.eval_interval):
                 self.evaluate()
             if self.loop.save_due():
                 self.save()
