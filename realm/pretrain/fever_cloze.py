@@ -39,7 +39,7 @@ from typing import Sequence
 from realm.core.atomic import write_text_atomic
 from realm.data.fever import SUPPORTS, FeverClaim, claim_records, read_fever_claims
 from realm.data.tagging import SpanTagger
-from realm.pretrain.retrieval_table import contains_answer, normalize_answer_text
+from realm.pretrain.retrieval_table import contains_answer, fold_for_matching
 from realm.pretrain.title_links import Article, CorpusText, TitleLinker
 
 logger = logging.getLogger(__name__)
@@ -81,8 +81,8 @@ class FeverCloze:
 
 
 def _singular(text: str) -> str:
-    """``normalize_answer_text`` less a final "s": "Touchscreens" and "Touchscreen" compare equal."""
-    return normalize_answer_text(text).removesuffix("s")
+    """``fold_for_matching`` less a final "s": "Touchscreens" and "Touchscreen" compare equal."""
+    return fold_for_matching(text).removesuffix("s")
 
 
 def _span_skip(claim: FeverClaim, row: dict, pages: dict[str, Article]) -> str | list[str]:

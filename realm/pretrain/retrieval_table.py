@@ -6,7 +6,7 @@ import json
 import re
 import unicodedata
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Sequence, TypedDict
 
 import torch
 
@@ -14,67 +14,107 @@ from realm.core.atomic import disk_writes
 from realm.core.tracking import log_wandb_table
 from realm.run.layout import RETRIEVALS_FILE
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from realm.data.block_store import BlockStore
+    from realm.pretrain.batch import RealmBatch
+    from realm.pretrain.model import RealmOutput
+
+
+class SlotRow(TypedDict):
+    """What one slot of a query held (slot 0: the null document) and how the model used it."""
+
+    block_id: int
+    """Row of the blocks dataset (-1 for the null document and for empty slots)."""
+    title: str
+    snippet: str
+    """The first ``SNIPPET_CHARS`` characters of the block's text."""
+    p_z: float
+    """p(z|x): the retriever's probability of this slot among the query's slots."""
+    p_y: float
+    """p(gold span|z,x): the product over the span's wordpieces."""
+    has_gold: bool
+    """Whether the block's text contains the gold span (``contains_answer``)."""
+
+
+class RetrievalRow(TypedDict):
+    """One sampled query of a training step: what it asked, what it retrieved (``slots``) and what it predicted."""
+
+    step: int
+    index_version: int
+    staleness: int
+    example_id: int
+    query: str
+    """The masked query as wordpieces decode ([MASK] kept, other special tokens dropped)."""
+    gold: str
+    prediction: str
+    closed_book: str
+    """What the encoder predicts with the null document alone."""
+    correct: bool
+    """Whether every wordpiece of the span was predicted."""
+    slots: list[SlotRow]
+
+
 TABLE_KEY = "inspect/retrievals"
 """W&B key of the retrieval table (long format: one row per query x slot, ``slot_rows``)."""
-SLOT_FIELDS = ("block_id", "title", "snippet", "p_z", "p_y", "has_gold")
+SLOT_FIELDS = tuple(SlotRow.__annotations__)
 """A slot's fields, the columns after the query's in the W&B table."""
 SNIPPET_CHARS = 120
 NULL_TITLE = "(null document)"
 EMPTY_TITLE = "(empty)"
 
 
-def normalize_answer_text(text: str) -> str:
-    """Lower-cased, accents stripped, words and punctuation separated by single spaces, so decoded wordpieces
-    (``u . s .``) and raw block text (``U.S.``) compare equal."""
+def fold_for_matching(text: str) -> str:
+    """``text`` lower-cased, accents stripped, words and punctuation separated by single spaces: the form in which
+    decoded wordpieces (``u . s .``) and raw block text (``U.S.``) compare equal. Not QA's answer normalisation
+    (``realm.qa.metrics``): articles and punctuation stay."""
     text = unicodedata.normalize("NFKD", text.lower())
     text = "".join(c for c in text if not unicodedata.combining(c))
     return " ".join(re.findall(r"\w+|[^\w\s]", text))
 
 
 def contains_answer(text: str, answer: str) -> bool:
-    """Whether ``answer`` occurs in ``text`` on word boundaries (after ``normalize_answer_text``)."""
+    """Whether ``answer`` occurs in ``text`` on word boundaries (both ``fold_for_matching``)."""
     return contains_normalized(normalized_for_search(text), answer)
 
 
 def normalized_for_search(text: str) -> str:
     """``text`` normalised once for many ``contains_normalized`` look-ups (a corpus searched for every span)."""
-    return f" {normalize_answer_text(text)} "
+    return f" {fold_for_matching(text)} "
 
 
 def contains_normalized(searched: str, answer: str) -> bool:
     """``contains_answer`` against a ``normalized_for_search`` text."""
-    answer = normalize_answer_text(answer)
+    answer = fold_for_matching(answer)
     return bool(answer) and f" {answer} " in searched
 
 
-def _decode(tokenizer: Any, ids: list[int]) -> str:
+def _decode(tokenizer: PreTrainedTokenizerBase, ids: list[int]) -> str:
     return tokenizer.decode(ids, skip_special_tokens=False, clean_up_tokenization_spaces=False).strip()
 
 
 @torch.no_grad()
 def retrieval_rows(
-    batch: Any,
-    output: Any,
-    store: Any,
-    tokenizer: Any,
+    batch: RealmBatch,
+    output: RealmOutput,
+    store: BlockStore,
+    tokenizer: PreTrainedTokenizerBase,
     *,
     index_version: int,
     staleness: int,
     step: int,
     max_rows: int,
-) -> list[dict[str, Any]]:
+) -> list[RetrievalRow]:
     """One row per query (the first ``max_rows`` of ``batch``) describing what was retrieved and how it was used.
 
     Args:
-        batch: A ``RealmBatch`` with candidates; ``output``: the model's ``RealmOutput`` for it.
-        store: A ``BlockStore`` (titles and texts from its ``.blocks`` dataset).
+        batch: The batch the model was run on, with its candidates; ``output``: the model's output for it.
+        store: Titles and texts of the retrieved blocks (its ``.blocks`` dataset).
 
     Returns:
-        Rows with ``step``, ``index_version``, ``staleness``, ``example_id``, ``query`` ([MASK] kept), ``gold``,
-        ``prediction``, ``closed_book``, ``correct`` and ``slots``: one dict per slot (0 = null document) with
-        ``block_id``, ``title``, ``snippet``, ``p_z`` (p(z|x)), ``p_y`` (p(gold span|z,x), the product over its
-        wordpieces) and ``has_gold`` (the block's text contains the gold span). The only device syncs of the
-        inspection path happen here.
+        A ``RetrievalRow`` per query, its ``slots`` one ``SlotRow`` per slot (0 = the null document). The only device
+        syncs of the inspection path happen here.
     """
     cand = batch.candidates
     if cand is None:
@@ -100,13 +140,13 @@ def retrieval_rows(
         texts = {i: (t, x) for i, t, x in zip(present, columns["title"], columns["text"])}
     drop = set(tokenizer.all_special_ids) - {tokenizer.mask_token_id}
 
-    rows = []
+    rows: list[RetrievalRow] = []
     for b in range(n):
         query = [t for t, m in zip(query_ids[b], query_mask[b]) if m and t not in drop]
         tmask = target_mask[b]
         gold = _decode(tokenizer, targets[b][tmask].tolist())
         prediction = _decode(tokenizer, predictions[b][tmask].tolist())
-        slots = []
+        slots: list[SlotRow] = []
         for k, block in enumerate(block_ids[b]):
             if k == 0:
                 title, text = NULL_TITLE, ""
@@ -141,7 +181,7 @@ def retrieval_rows(
     return rows
 
 
-def slot_rows(row: Mapping[str, Any]) -> list[dict[str, Any]]:
+def slot_rows(row: RetrievalRow) -> list[dict[str, Any]]:
     """A row of ``retrieval_rows`` in long format: one dict per slot, the query's fields repeated, then ``slot``
     (0 = the null document) and the slot's ``SLOT_FIELDS``; so a W&B table can be filtered by slot or grouped by
     ``has_gold``."""
@@ -149,7 +189,7 @@ def slot_rows(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     return [{**query, "slot": k, **{f: slot[f] for f in SLOT_FIELDS}} for k, slot in enumerate(row.get("slots", []))]
 
 
-def _table(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
+def _table(rows: Sequence[RetrievalRow]) -> tuple[list[str], list[list[Any]]]:
     long = [r for row in rows for r in slot_rows(row)]
     columns: list[str] = []
     for r in long:
@@ -157,7 +197,7 @@ def _table(rows: list[Mapping[str, Any]]) -> tuple[list[str], list[list[Any]]]:
     return columns, [[r.get(c) for c in columns] for r in long]
 
 
-def log_retrieval_table(accelerator: Any, rows: list[Mapping[str, Any]], step: int, run_dir: str | Path) -> None:
+def log_retrieval_table(accelerator: Any, rows: Sequence[RetrievalRow], step: int, run_dir: str | Path) -> None:
     """Appends ``rows`` to ``RUN/retrievals.jsonl`` (one query a line, its slots nested) and, when a W&B tracker is
     active, logs them as a long ``wandb.Table`` (one row per query x slot) under ``inspect/retrievals`` at ``step``.
     Main process only (others return)."""

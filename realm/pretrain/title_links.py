@@ -28,7 +28,7 @@ import datasets
 
 from realm.data.articles import article_key
 from realm.data.tagging import STOPWORDS
-from realm.pretrain.retrieval_table import contains_normalized, normalize_answer_text, normalized_for_search
+from realm.pretrain.retrieval_table import contains_normalized, fold_for_matching, normalized_for_search
 
 _WORD = re.compile(r"\w+")
 _QUALIFIER = re.compile(r"\s*\([^()]*\)\s*$")
@@ -83,12 +83,12 @@ class CorpusText:
 
     def contains(self, answer: str) -> bool:
         """Whether ``answer`` occurs on word boundaries in some block (``contains_answer``'s normalisation)."""
-        words = normalize_answer_text(answer).split()
+        words = fold_for_matching(answer).split()
         return bool(words) and all(w in self._words for w in words) and contains_normalized(self._text, answer)
 
     def num_articles(self, span: str) -> int:
         """How many articles state ``span`` in some block: 1 for a fact one article states, hundreds for "Europe"."""
-        words = normalize_answer_text(span).split()
+        words = fold_for_matching(span).split()
         if not words or not all(w in self._words for w in words):
             return 0
         needle = f" {' '.join(words)} "
@@ -145,5 +145,5 @@ class TitleLinker:
 def names_title(span: str, title: str) -> bool:
     """Whether ``span`` is the title itself (or its bare name without a qualifier), after answer normalisation: a
     span that only repeats the link is no fact to predict."""
-    normal = normalize_answer_text(span)
-    return normal in {normalize_answer_text(title), normalize_answer_text(_QUALIFIER.sub("", title))}
+    normal = fold_for_matching(span)
+    return normal in {fold_for_matching(title), fold_for_matching(_QUALIFIER.sub("", title))}
