@@ -4,14 +4,16 @@
 - query embedder:     ``[CLS] query [SEP]``
 - knowledge-augmented encoder: ``[CLS] masked query [SEP] body [SEP]`` (the original drops the title here)
 
-Token ids arrive without special tokens; callers pass the special ids of their tokenizer.
+Token ids arrive without special tokens; callers pass the special ids of their tokenizer. ``contains_run`` searches
+such sequences: DPR's "the answer is in the passage" on wordpiece ids (the pre-training candidates' answer recall) and
+on normalised word tokens (QA retrieval accuracy) alike.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
 import torch
 from torch import Tensor
@@ -94,6 +96,25 @@ def block_batch(
     """Document-embedder inputs for blocks: dict with input_ids, attention_mask, token_type_ids, each [N, L]."""
     # note: a title never takes more than half the block, so an overlong title cannot make a block unpackable
     return pack_pairs([list(t)[: max_length // 2] for t in titles], bodies, special, max_length)
+
+
+def contains_run(haystack: Sequence[Hashable], needle: Sequence[Hashable]) -> bool:
+    """Whether ``needle`` occurs in ``haystack`` as one contiguous run (a list or a tuple each); an empty ``needle``
+    never does."""
+    n = len(needle)
+    if n == 0:
+        return False
+    needle = tuple(needle)
+    # note: .index scans for the first element in C; the pre-training step runs this for every candidate slot
+    start = 0
+    while True:
+        try:
+            start = haystack.index(needle[0], start)
+        except ValueError:
+            return False
+        if tuple(haystack[start : start + n]) == needle:
+            return True
+        start += 1
 
 
 def _apply(value: Any, fn: Callable[[Tensor], Tensor]) -> Any:

@@ -14,10 +14,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from realm.core.sequences import contains_run
 from realm.data.articles import block_articles
 from realm.data.block_store import BlockStore
-from realm.data.packing import SpecialIds, block_batch, pack_pairs, reader_length
+from realm.data.packing import SpecialIds, block_batch, contains_run, pack_pairs, reader_length
 from realm.index.mips import DocumentIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import Candidates, RealmBatch

@@ -19,7 +19,7 @@ import string
 import unicodedata
 from typing import Sequence
 
-from realm.core.sequences import contains_run
+from realm.data.packing import contains_run
 
 __all__ = [
     "normalize_answer",

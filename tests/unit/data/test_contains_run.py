@@ -1,4 +1,4 @@
-"""``realm.core.sequences.contains_run``: the contiguous-run search behind the pre-training candidates' answer recall
+"""``realm.data.packing.contains_run``: the contiguous-run search behind the pre-training candidates' answer recall
 and QA's ``has_answer``."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from realm.core.sequences import contains_run
+from realm.data.packing import contains_run
 
 
 @pytest.mark.parametrize(
