@@ -7,6 +7,15 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# note: the suite always runs two things at once (two xdist workers, each often beside a child process), and
+# libgomp's default is to spin-wait between parallel regions: a 2-thread process beside a busy one then burns its
+# time slices spinning (a 2-thread encoder step: 6.7 s against 3.7 s passive beside one busy process). Waiting
+# passively changes no result (the reduction order is set by the thread count, not by how threads wait).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # note: each of the two workers computing in-process on 2 threads would oversubscribe the 2 cores;
+    # a test that wants more threads sets them itself (torch.set_num_threads, --num_threads)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import pytest  # noqa: E402
 
