@@ -52,6 +52,13 @@ class DocumentIndex(Protocol):
         ...
 
 
+def centered_queries(queries: Tensor) -> Tensor:
+    """[B, D] float32 CPU queries less their batch mean: the hubness correction of a search (a block that scores high
+    for every query loses that lead). A batch of one is returned as it is, since centring would zero it."""
+    queries = queries.detach().float().cpu()
+    return queries - queries.mean(dim=0, keepdim=True) if queries.shape[0] > 1 else queries
+
+
 @dataclass(kw_only=True, slots=True)
 class IndexConfig:
     """Which FAISS index the builder makes and how the trainer searches it."""

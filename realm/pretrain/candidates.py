@@ -17,7 +17,7 @@ from torch import Tensor
 from realm.data.articles import block_articles
 from realm.data.block_store import BlockStore
 from realm.data.packing import SpecialIds, block_batch, contains_run, pack_pairs, reader_length
-from realm.index.mips import DocumentIndex
+from realm.index.mips import DocumentIndex, centered_queries
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import Candidates, RealmBatch
 from realm.pretrain.exploration import batch_generator, explore_candidates
@@ -121,7 +121,7 @@ def search_request(query_embeddings: Tensor, cfg: RetrieverConfig, explore: bool
     (``realm.index.streamed``)."""
     queries = query_embeddings.detach().float().cpu()
     if cfg.center_queries:
-        queries = queries - queries.mean(dim=0, keepdim=True)
+        queries = centered_queries(queries)
     exploring = explore and cfg.explore_slots > 0
     return queries, (cfg.explore_pool if exploring else cfg.num_retrieved) + cfg.num_extra_retrieved
 

@@ -20,7 +20,7 @@ from torch.utils.data import Dataset
 
 from realm.data.block_store import BlockStore
 from realm.data.packing import Movable, SpecialIds, pack_pair, pack_single, pad
-from realm.index.mips import DocumentIndex
+from realm.index.mips import DocumentIndex, centered_queries
 from realm.models.reader import ReaderConfig
 from realm.qa.datasets import QAExample
 from realm.qa.metrics import has_answer
@@ -117,14 +117,15 @@ def beam_size(retriever_beam: int, cfg: ReaderConfig) -> int:
 
 
 def candidate_ids(questions: QuestionSet, rows: list[int], query_embeddings: Tensor | None, index: DocumentIndex,
-                  beam: int) -> Tensor:  # fmt: skip
+                  beam: int, center_queries: bool = False) -> Tensor:  # fmt: skip
     """[B, beam] int64 block ids of the questions ``rows``: their fixed candidates when the set has them (the index
     is not searched, and ``query_embeddings`` may be None), else the frozen index's top ``beam`` for
-    ``query_embeddings``."""
+    ``query_embeddings`` (less their batch mean with ``center_queries``, as pre-training's search can)."""
     if questions.candidates is None:
         if query_embeddings is None:
             raise ValueError("the question set has no fixed candidates, so the index search needs query embeddings")
-        _, ids = index.search(query_embeddings.detach().float().cpu(), beam)
+        queries = query_embeddings.detach().float().cpu()
+        _, ids = index.search(centered_queries(queries) if center_queries else queries, beam)
         return ids.cpu()
     if questions.candidates.shape[1] < beam:
         # note: a shallower set would silently shorten the beam (and the top-k columns of an evaluation)
@@ -145,11 +146,12 @@ def attach_blocks(
     special: SpecialIds,
     cfg: ReaderConfig,
     retriever_beam: int,
+    center_queries: bool = False,
 ) -> QABatch:
     """Searches the frozen ``index`` (whose row i is ``embeddings[i]`` = block i), or takes the question set's fixed
     candidates, and fills ``batch.blocks``."""
     rows = batch.example_ids.tolist()
-    ids = candidate_ids(questions, rows, query_embeddings, index, beam_size(retriever_beam, cfg))
+    ids = candidate_ids(questions, rows, query_embeddings, index, beam_size(retriever_beam, cfg), center_queries)
     valid = ids >= 0
     flat = ids.clamp(min=0).reshape(-1).numpy()
     doc_embeddings = torch.from_numpy(np.ascontiguousarray(embeddings[flat], dtype=np.float32)).view(*ids.shape, -1)

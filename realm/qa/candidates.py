@@ -31,11 +31,17 @@ class RetrievalConfig:
     candidates: CandidateSource = "dense"
     """``dense``: the live query tower's search of the frozen index (ORQA/REALM); ``bm25``: BM25 (bm25s) over the
     blocks' ``title text``, ranked once per question at start-up (needs ``pip install bm25s PyStemmer``)."""
+    center_queries: bool = False
+    """``dense`` only: each batch's queries are searched less their batch mean (the hubness correction pre-training's
+    ``retriever.center_queries`` applies), so QA reads blocks picked as a retriever trained that way picks them. The
+    retriever's scores in the loss and the span scores stay the raw inner products, as in pre-training."""
 
     def __post_init__(self) -> None:
         problems = Problems()
         if self.candidates not in CANDIDATE_SOURCES:
             problems.add(f"retrieval.candidates must be one of {CANDIDATE_SOURCES}, got {self.candidates!r}")
+        if self.center_queries and self.candidates != "dense":
+            problems.add("retrieval.center_queries centres the dense search's queries; bm25 has none to centre")
         problems.raise_if_any()
 
 
