@@ -16,13 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from realm.core.config import load_config, to_dict
+from realm.core.config import merge_sections
 from realm.core.precision import check_precision
 from realm.core.tracking import TrackingConfig
 from realm.finetune.train import FinetuneConfig
 from realm.models.bert import ModelConfig
-from realm.pipeline.stages import (StageBanners, announce_stage, finetune_and_evaluate, pipeline_tracking,
-                                   pretrain_and_evaluate, write_summary)
+from realm.pipeline.builders import finetune_config as build_finetune_config
+from realm.pipeline.builders import load_pretrain, pretrain_train, warm_start_recipe, with_data
+from realm.pipeline.stages import (StageBanners, announce_stage, finetune_and_evaluate, finish_summary,
+                                   pipeline_tracking, pretrain_and_evaluate, pretrain_figures)
 from realm.pipeline.synthetic import make_world_data
 from realm.pipeline.warm_start import WarmStart, WarmStartConfig, encoder_shape, warm_start
 from realm.pretrain.config import PretrainConfig
@@ -55,9 +57,10 @@ class DemoConfig:
     """The pre-training recipe (a packaged name or a file; ``configs/pretrain/demo_gpu.yaml`` for one GPU)."""
     pretrain_steps: int | None = None
     """None (or 0): the config's."""
-    pretrain_overrides: list[str] = field(default_factory=list)
-    """Dotted overrides of the pre-training config (``--section.key=value``), after the demo's own; ``realm demo``
-    puts every ``--train.*``, ``--optim.*``, ``--tracking.*``, ... of its command line here."""
+    pretrain_overrides: dict[str, Any] = field(default_factory=dict)
+    """Config sections put over the pre-training YAML after the demo's own (e.g. ``{"model": {"num_layers": 3}}``),
+    which they win over; ``realm demo`` puts every ``--train.*``, ``--optim.*``, ``--tracking.*``, ... of its command
+    line here, key by key (``realm.core.config.config_from_command_line``'s passthrough)."""
     finetune_config: str = "configs/finetune/demo.yaml"
     """The QA fine-tuning recipe."""
     qa_steps: int | None = None
@@ -85,36 +88,28 @@ class DemoConfig:
         check_precision(self.precision)
 
 
-def make_data(cfg: DemoConfig) -> dict[str, Path]:
+def pretrain_base(cfg: DemoConfig) -> PretrainConfig:
+    """The pre-training config before the data exists, loaded once a run: the YAML, this run's folders and warm
+    starts, the step override, then ``pretrain_overrides`` (which win over all of these)."""
+    own = {"train": {**pretrain_train(cfg, warmed=cfg.warm_start.warmup_steps != 0), "compile": cfg.compile}}
+    return load_pretrain(cfg, merge_sections(own, cfg.pretrain_overrides, "pretrain_overrides"))
+
+
+def make_data(cfg: DemoConfig, pretrain: PretrainConfig | None = None) -> dict[str, Path]:
     """The world, its vocabulary and its blocks under ``OUT`` (``realm.pipeline.synthetic.make_world_data``), the blocks
-    cut for the pre-training retriever, the one that embeds them for the index."""
-    shape = load_config(PretrainConfig, cfg.pretrain_config, cfg.pretrain_overrides).retriever
+    cut for the pre-training retriever (``pretrain``, default ``pretrain_base(cfg)``), the one that embeds them."""
+    shape = (pretrain or pretrain_base(cfg)).retriever
     return make_world_data(Path(cfg.out), cfg.seed, cfg.num_entities, cfg.vocab_size, shape.max_block_length)
 
 
-def pretrain_config(cfg: DemoConfig, paths: dict[str, Path]) -> PretrainConfig:
-    """The pre-training config: the YAML, this run's paths and warm starts, the step override, then
-    ``pretrain_overrides``."""
-    run = Path(cfg.out)
-    warmed = [f"--train.init_encoder={run / 'warmup' / 'encoder'}"] if cfg.warm_start.warmup_steps != 0 else []
-    return load_config(
-        PretrainConfig,
-        cfg.pretrain_config,
-        [
-            f"--train.run_dir={run}",
-            f"--train.seed={cfg.seed}",
-            f"--train.precision={cfg.precision}",
-            f"--train.compile={str(cfg.compile).lower()}",
-            f"--train.init_retriever={run / 'ict' / 'retriever'}",
-            *warmed,
-            f"--data.tokenizer={paths['tokenizer']}",
-            f"--data.blocks={paths['blocks']}",
-            f"--data.sentences={paths['pretrain']}",
-            f"--data.heldout={paths['heldout']}",
-            *([f"--train.max_steps={cfg.pretrain_steps}"] if cfg.pretrain_steps else []),
-            *cfg.pretrain_overrides,
-        ],
-    )
+def pretrain_config(cfg: DemoConfig, paths: dict[str, Path], pretrain: PretrainConfig | None = None
+                    ) -> PretrainConfig:  # fmt: skip
+    """The pre-training config (``pretrain``, default ``pretrain_base(cfg)``) reading the world ``paths``, except
+    where ``pretrain_overrides`` name a data file of their own."""
+    data = {"tokenizer": paths["tokenizer"], "blocks": paths["blocks"], "sentences": paths["pretrain"],
+            "heldout": paths["heldout"]}  # fmt: skip
+    given = cfg.pretrain_overrides.get("data", {})
+    return with_data(pretrain or pretrain_base(cfg), {k: str(v) for k, v in data.items() if k not in given})
 
 
 def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig,
@@ -123,24 +118,16 @@ def warm_start_demo(cfg: DemoConfig, paths: dict[str, Path], model: ModelConfig,
     ``cfg.warm_start_reads_heldout``), in the shape of the pre-training encoder ``model``."""
     names = ("tokenizer", "blocks") + (() if cfg.warm_start_reads_heldout else ("heldout_articles",))
     data = {name: str(paths[name]) for name in names}
-    sections = {**cfg.warm_start.stage_overrides, "tracking": to_dict(pipeline_tracking(tracking, cfg.out))}
-    warm = dataclasses.replace(cfg.warm_start, precision=cfg.precision, compile=cfg.compile, stage_overrides=sections)
+    warm = warm_start_recipe(cfg, pipeline_tracking(tracking, cfg.out))
     return warm_start(warm, Path(cfg.out), cfg.seed, data, encoder_shape(model))
 
 
 def finetune_config(cfg: DemoConfig, paths: dict[str, Path], tracking: TrackingConfig | None = None) -> FinetuneConfig:
     """QA fine-tuning of the pre-trained run on questions about training entities, evaluated on held-out ones."""
-    run = Path(cfg.out)
-    overrides = {
-        "train": {"run_dir": str(run / "qa"), "seed": cfg.seed, "num_threads": cfg.num_threads,
-                  "precision": cfg.precision, "compile": cfg.compile,
-                  **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})},
-        "task": {"train": str(paths["questions_train"]), "dev": str(paths["questions_heldout"]),
-                 "max_dev_questions": cfg.max_dev_questions},
-        "init": {"run": str(run)},
-        "tracking": to_dict(pipeline_tracking(tracking, cfg.out)),
-    }  # fmt: skip
-    return load_config(FinetuneConfig, cfg.finetune_config, overrides)
+    task = {"train": str(paths["questions_train"]), "dev": str(paths["questions_heldout"]),
+            "max_dev_questions": cfg.max_dev_questions}  # fmt: skip
+    return build_finetune_config(cfg, task, train={"num_threads": cfg.num_threads},
+                                 tracking=pipeline_tracking(tracking, cfg.out))  # fmt: skip
 
 
 def run_demo(cfg: DemoConfig) -> dict[str, Any]:
@@ -155,43 +142,25 @@ def _run_stages(cfg: DemoConfig) -> dict[str, Any]:
     run = Path(cfg.out)
     run.mkdir(parents=True, exist_ok=True)
     stages: dict[str, float] = {}
+    # note: loaded before the data, whose blocks are cut for its retriever
+    pretrain = pretrain_base(cfg)
 
     t = time.perf_counter()
     announce_stage("data", f"a world of {cfg.num_entities:,} entities, a WordPiece vocabulary, blocks", run)
-    paths = make_data(cfg)
+    paths = make_data(cfg, pretrain)
     stages["data_s"] = time.perf_counter() - t
-    pretrain = pretrain_config(cfg, paths)
-    pretrain.tracking = pipeline_tracking(pretrain.tracking, cfg.out)
+    pretrain = pretrain_config(cfg, paths, pretrain)
     cfg = dataclasses.replace(cfg, compile=pretrain.train.compile)  # note: a --train.compile reaches every stage
     stages |= warm_start_demo(cfg, paths, pretrain.model, pretrain.tracking).seconds
 
     pretrained = pretrain_and_evaluate(pretrain)
     stages |= pretrained.seconds
-    start, end, train = pretrained.start, pretrained.end, pretrained.train
 
     t = time.perf_counter()
     qa = finetune_and_evaluate(finetune_config(cfg, paths, pretrain.tracking)) if cfg.qa_steps != 0 else None
     if qa is None:
         announce_stage("QA fine-tuning", None)
     stages["qa_s"] = time.perf_counter() - t
-    summary = {
-        "heldout_accuracy_retrieval": end.span_accuracy,
-        "heldout_accuracy_closed_book": end.closed_book_span_accuracy,
-        "heldout_token_accuracy_retrieval": end.token_accuracy,
-        "heldout_token_accuracy_closed_book": end.closed_book_token_accuracy,
-        "gold_recall_at_k_start": start.gold_recall_at_k,
-        "gold_recall_at_k_end": end.gold_recall_at_k,
-        "gold_recall_at_1_start": start.gold_recall_at_1,
-        "gold_recall_at_1_end": end.gold_recall_at_1,
-        "k": end.k,
-        "num_heldout_examples": end.num_examples,
-        "num_index_refreshes": train["num_index_refreshes"],
-        "trainer_wait_fraction": train["trainer_wait_fraction"],
-        "pretrain_steps": train["step"],
-        **(qa or {}),
-        "wall_seconds": time.perf_counter() - t_start,
-        "stage_seconds": stages,
-        "definitions": DEFINITIONS,
-    }
-    write_summary(run, summary, pretrain.tracking)
-    return summary
+    summary = {**pretrain_figures(pretrained, recall=True), **(qa or {})}
+    tail = {"stage_seconds": stages, "definitions": DEFINITIONS}
+    return finish_summary(run, summary, t_start, pretrain.tracking, tail)

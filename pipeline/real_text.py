@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from realm.core.checks import Problems
-from realm.core.config import load_config, to_dict
+from realm.core.config import merge_sections
 from realm.core.errors import ConfigError
 from realm.core.precision import check_precision
 from realm.core.tracking import TrackingConfig
@@ -32,8 +32,11 @@ from realm.data.vocab import train_wordpiece
 from realm.finetune.train import FinetuneConfig
 from realm.models.pretrained import model_tokenizer
 from realm.models.retriever import RETRIEVER_SHAPE_DEFAULTS
-from realm.pipeline.stages import (StageBanners, announce_stage, finetune_and_evaluate, pipeline_tracking,
-                                   pretrain_and_evaluate, write_summary)
+from realm.pipeline import layout
+from realm.pipeline.builders import finetune_config as build_finetune_config
+from realm.pipeline.builders import load_pretrain, pretrain_train, warm_start_recipe, with_data
+from realm.pipeline.stages import (StageBanners, announce_stage, finetune_and_evaluate, finish_summary,
+                                   pretrain_and_evaluate, pretrain_figures)
 from realm.pipeline.warm_start import WarmStartConfig, encoder_shape, warm_start
 from realm.pretrain.config import PretrainConfig
 
@@ -123,33 +126,37 @@ def prepare_data(cfg: RealTextConfig, max_block_length: int) -> tuple[dict[str, 
         tokenizer, tokenizer_path = model_tokenizer(cfg.init_from), cfg.init_from
     else:
         texts = (f"{doc.title}\n{doc.text}" for doc in read_documents(corpus))
-        tokenizer, tokenizer_path = train_wordpiece(texts, cfg.vocab_size, out / "tokenizer"), str(out / "tokenizer")
-    blocks_dir = build_blocks_from_config(corpus, tokenizer, out / "blocks")
+        tokenizer_path = str(layout.tokenizer_dir(out))
+        tokenizer = train_wordpiece(texts, cfg.vocab_size, tokenizer_path)
+    blocks_dir = build_blocks_from_config(corpus, tokenizer, layout.blocks_dir(out))
     blocks = load_blocks(blocks_dir)
     doc_ids = set(blocks["doc_id"])
     heldout = choose_heldout_articles(article_keys(blocks), cfg.heldout_docs, cfg.seed)
-    sets = write_cloze_sets(blocks, out / "cloze", heldout, build_tagger(cfg.tagging), cfg.seed,
+    sets = write_cloze_sets(blocks, layout.cloze_dir(out), heldout, build_tagger(cfg.tagging), cfg.seed,
                             cfg.max_heldout_sentences)  # fmt: skip
     counts = {"num_blocks": len(blocks), "num_documents": len(doc_ids), "vocab_size": len(tokenizer),
               **{k: v for k, v in dataclasses.asdict(sets).items() if k.startswith("num_")}}  # fmt: skip
     return {"tokenizer": tokenizer_path, "blocks": str(blocks_dir)}, sets, counts
 
 
-def pretrain_config(cfg: RealTextConfig, data: dict[str, str], sets: ClozeSets, warmed: bool) -> PretrainConfig:
-    """The pre-training config: the YAML, then ``pretrain_overrides``, then this run's paths and starts."""
-    out = Path(cfg.out)
-    sections = dict(cfg.pretrain_overrides)
-    train = {"compile": cfg.compile, **sections.get("train", {}), "run_dir": str(out), "seed": cfg.seed,
-             "precision": cfg.precision,
-             "init_retriever": str(out / "ict" / "retriever"),
-             **({"init_encoder": str(out / "warmup" / "encoder")} if warmed else {}),
-             **({"max_steps": cfg.pretrain_steps} if cfg.pretrain_steps else {})}  # fmt: skip
-    data_section = {**sections.get("data", {}), **data, "sentences": str(sets.pretrain), "heldout": str(sets.heldout),
-                    "tagging": dataclasses.asdict(cfg.tagging),
-                    **({"heldout_sentences": cfg.heldout_sentences} if cfg.heldout_sentences else {})}  # fmt: skip
-    model = {**sections.get("model", {}), **({"init_from": cfg.init_from} if cfg.init_from else {})}
-    return load_config(PretrainConfig, cfg.pretrain_config, {**sections, "train": train, "data": data_section,
-                                                             "model": model})  # fmt: skip
+def pretrain_base(cfg: RealTextConfig, warmed: bool) -> PretrainConfig:
+    """The pre-training config before the data exists, loaded once a run: the YAML, then ``pretrain_overrides``, then
+    this run's folders, warm starts (the warm-up's encoder when ``warmed``), tagger and length; a ``train.compile``
+    of ``pretrain_overrides`` wins over ``cfg.compile``."""
+    own = {"train": pretrain_train(cfg, warmed),
+           "data": {"tagging": dataclasses.asdict(cfg.tagging),
+                    **({"heldout_sentences": cfg.heldout_sentences} if cfg.heldout_sentences else {})},
+           **({"model": {"init_from": cfg.init_from}} if cfg.init_from else {})}  # fmt: skip
+    user = merge_sections({"train": {"compile": cfg.compile}}, cfg.pretrain_overrides, "pretrain_overrides")
+    return load_pretrain(cfg, merge_sections(user, own, "pretrain_overrides"))
+
+
+def pretrain_config(cfg: RealTextConfig, data: dict[str, str], sets: ClozeSets, warmed: bool,
+                    pretrain: PretrainConfig | None = None) -> PretrainConfig:  # fmt: skip
+    """The pre-training config (``pretrain``, default ``pretrain_base(cfg, warmed)``) reading ``data``'s vocabulary
+    and blocks and the cloze sets ``sets``."""
+    paths = {**data, "sentences": str(sets.pretrain), "heldout": str(sets.heldout)}
+    return with_data(pretrain or pretrain_base(cfg, warmed), paths)
 
 
 def run_real_text(cfg: RealTextConfig) -> dict[str, Any]:
@@ -171,30 +178,27 @@ def _run_stages(cfg: RealTextConfig) -> dict[str, Any]:
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     seconds: dict[str, float] = {}
-    # note: blocks are cut for the pre-training retriever, the one that embeds them for the index
-    base = load_config(PretrainConfig, cfg.pretrain_config, dict(cfg.pretrain_overrides))
-    shape, tracking = base.retriever, pipeline_tracking(base.tracking, out)
+    # note: loaded before the data, whose blocks are cut for its retriever, the one that embeds them for the index
+    pretrain = pretrain_base(cfg, warmed=cfg.warm_start.warmup_steps != 0)
+    tracking = pretrain.tracking
     t = time.perf_counter()
     vocabulary = f"the vocabulary of {cfg.init_from}" if cfg.init_from else "a WordPiece vocabulary"
     announce_stage("data", f"{vocabulary}, blocks, cloze sets from {cfg.corpus.path}", out)
-    data, sets, counts = prepare_data(cfg, shape.max_block_length)
+    data, sets, counts = prepare_data(cfg, pretrain.retriever.max_block_length)
     seconds["data_s"] = time.perf_counter() - t
     summary: dict[str, Any] = {**counts, "stage_seconds": seconds}
     if cfg.stop_after == "data":
-        return _finish(out, summary, t_start, tracking)
+        return finish_summary(out, summary, t_start, tracking)
 
-    pretrain = pretrain_config(cfg, data, sets, warmed=cfg.warm_start.warmup_steps != 0)
-    pretrain.tracking = tracking
+    pretrain = pretrain_config(cfg, data, sets, cfg.warm_start.warmup_steps != 0, pretrain)
     cfg = dataclasses.replace(cfg, compile=pretrain.train.compile)  # note: a --train.compile reaches every stage
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
-    sections = {**cfg.warm_start.stage_overrides, "retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging),
-                "tracking": to_dict(tracking)}  # fmt: skip
-    warm = dataclasses.replace(cfg.warm_start, stage_overrides=sections, precision=cfg.precision, compile=cfg.compile)
+    warm = warm_start_recipe(cfg, tracking, {"retriever": retriever, "tagging": dataclasses.asdict(cfg.tagging)})
     warm_data = {**data, "heldout_articles": str(sets.heldout_articles),
                  **({"heldout_sentences": cfg.heldout_sentences} if cfg.heldout_sentences else {})}  # fmt: skip
     seconds |= warm_start(warm, out, cfg.seed, warm_data, encoder_shape(pretrain.model)).seconds
     if cfg.stop_after == "warm_start":
-        return _finish(out, summary, t_start, tracking)
+        return finish_summary(out, summary, t_start, tracking)
 
     pretrained = pretrain_and_evaluate(pretrain)
     seconds |= pretrained.seconds
@@ -205,41 +209,15 @@ def _run_stages(cfg: RealTextConfig) -> dict[str, Any]:
         seconds["qa_s"] = time.perf_counter() - t
     elif cfg.stop_after == "qa":
         announce_stage("QA fine-tuning", None)
-    start, end = pretrained.start, pretrained.end
-    summary |= {
-        "heldout_accuracy_retrieval_start": start.span_accuracy,
-        "heldout_accuracy_retrieval": end.span_accuracy,
-        "heldout_accuracy_closed_book_start": start.closed_book_span_accuracy,
-        "heldout_accuracy_closed_book": end.closed_book_span_accuracy,
-        "heldout_token_accuracy_retrieval": end.token_accuracy,
-        "heldout_token_accuracy_closed_book": end.closed_book_token_accuracy,
-        "k": end.k,
-        "num_heldout_examples": end.num_examples,
-        "num_index_refreshes": pretrained.train["num_index_refreshes"],
-        "trainer_wait_fraction": pretrained.train["trainer_wait_fraction"],
-        "pretrain_steps": pretrained.train["step"],
-        **(qa or {}),
-    }
-    return _finish(out, summary, t_start, tracking)
-
-
-def _finish(out: Path, summary: dict[str, Any], t_start: float, tracking: TrackingConfig) -> dict[str, Any]:
-    summary["wall_seconds"] = time.perf_counter() - t_start
-    write_summary(out, summary, tracking)
-    return summary
+    summary |= {**pretrain_figures(pretrained, start_accuracy=True), **(qa or {})}
+    return finish_summary(out, summary, t_start, tracking)
 
 
 def finetune_config(cfg: RealTextConfig, run_dir: Path | None = None, start: dict[str, Any] | None = None,
                     tracking: TrackingConfig | None = None) -> FinetuneConfig:  # fmt: skip
-    """QA fine-tuning on ``cfg``'s questions, written to ``run_dir`` (default ``OUT/qa``), starting as ``start``
-    says (config sections such as ``init`` and ``data``; default the pre-trained run in ``OUT``, its index frozen),
-    reporting to ``tracking`` (default the fine-tuning config's own)."""
-    out = Path(cfg.out)
-    train = {"run_dir": str(run_dir or out / "qa"), "seed": cfg.seed, "precision": cfg.precision,
-             "compile": cfg.compile,
-             **({"max_steps": cfg.qa_steps} if cfg.qa_steps else {})}  # fmt: skip
+    """QA fine-tuning on ``cfg``'s questions (``realm.pipeline.builders.finetune_config``: written to ``run_dir``,
+    default ``OUT/qa``, starting as ``start`` says, default the pre-trained run in ``OUT``, reporting to ``tracking``,
+    default the fine-tuning config's own)."""
     task = {"name": cfg.qa.train_task, "train": cfg.qa.train, "dev_name": cfg.qa.dev_task, "dev": cfg.qa.dev,
             "max_dev_questions": cfg.qa.max_dev_questions}  # fmt: skip
-    sections = {"train": train, "task": task, **(start or {"init": {"run": str(out)}})}
-    return load_config(FinetuneConfig, cfg.finetune_config,
-                       sections | ({"tracking": to_dict(tracking)} if tracking else {}))  # fmt: skip
+    return build_finetune_config(cfg, task, run_dir=run_dir, start=start, tracking=tracking)

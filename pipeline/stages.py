@@ -74,6 +74,15 @@ def write_summary(out: Path, summary: dict[str, Any], tracking: TrackingConfig) 
     log_summary_run(tracking, out, summary)
 
 
+def finish_summary(out: Path, summary: dict[str, Any], t_start: float, tracking: TrackingConfig,
+                   tail: dict[str, Any] | None = None) -> dict[str, Any]:  # fmt: skip
+    """``summary``, the pipeline's wall seconds since ``t_start`` and ``tail``, written (``write_summary``) and
+    returned: how every pipeline ends, after its last stage or the one it stops after."""
+    summary = {**summary, "wall_seconds": time.perf_counter() - t_start, **(tail or {})}
+    write_summary(out, summary, tracking)
+    return summary
+
+
 @dataclass(frozen=True, slots=True)
 class Pretrained:
     """A finished pre-training run: held-out figures of its starting and final model, and the trainer's summary."""
@@ -125,6 +134,30 @@ def pretrain_and_evaluate(cfg: PretrainConfig) -> Pretrained:
     metrics.log(end.as_dict("eval_exact/"), train["step"])
     metrics.close()
     return Pretrained(start, end, train, seconds)
+
+
+def pretrain_figures(pretrained: Pretrained, *, start_accuracy: bool = False, recall: bool = False) -> dict[str, Any]:
+    """A pipeline's summary figures of its pre-training: held-out span accuracy with retrieval and closed book (also
+    of the starting model with ``start_accuracy``), token accuracy, gold recall before and after (with ``recall``,
+    where the held-out sentences know their article), and the trainer's refreshes, wait and steps."""
+    start, end, train = pretrained.start, pretrained.end, pretrained.train
+    figures: dict[str, Any] = {}
+    for name, key in (("retrieval", "span_accuracy"), ("closed_book", "closed_book_span_accuracy")):
+        if start_accuracy:
+            figures[f"heldout_accuracy_{name}_start"] = getattr(start, key)
+        figures[f"heldout_accuracy_{name}"] = getattr(end, key)
+    figures |= {"heldout_token_accuracy_retrieval": end.token_accuracy,
+                "heldout_token_accuracy_closed_book": end.closed_book_token_accuracy}  # fmt: skip
+    if recall:
+        figures |= {"gold_recall_at_k_start": start.gold_recall_at_k, "gold_recall_at_k_end": end.gold_recall_at_k,
+                    "gold_recall_at_1_start": start.gold_recall_at_1, "gold_recall_at_1_end": end.gold_recall_at_1}
+    return figures | {
+        "k": end.k,
+        "num_heldout_examples": end.num_examples,
+        "num_index_refreshes": train["num_index_refreshes"],
+        "trainer_wait_fraction": train["trainer_wait_fraction"],
+        "pretrain_steps": train["step"],
+    }
 
 
 def finetune_and_evaluate(cfg: FinetuneConfig) -> dict:

@@ -28,6 +28,7 @@ from realm.data.copy_corpus import frequent_words, write_copy_corpus
 from realm.data.corpus import CorpusConfig
 from realm.data.vocab import load_tokenizer
 from realm.models.bert import ModelConfig
+from realm.pipeline import layout
 from realm.pipeline.stages import announce_stage
 from realm.warmstart.ict_train import ICTConfig, train_ict
 from realm.warmstart.warmup import WarmupConfig, train_warmup
@@ -146,7 +147,7 @@ def copy_curriculum(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, 
                               f"have only {len(ranked)} single-wordpiece words (0 takes them all)")  # fmt: skip
     encoder = None
     for i, stage in enumerate(cfg.copy_curriculum):
-        stage_dir = out / "copy" / f"{i}_words_{stage.words or 'all'}"
+        stage_dir = layout.copy_stage_dir(out, i, stage.words)
         block_length = stage.block_length or cfg.copy_block_length
         retriever = {**cfg.stage_overrides.get("retriever", {}), "max_query_length": cfg.copy_query_length,
                      "max_block_length": block_length}  # fmt: skip
@@ -185,7 +186,7 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
         if model.get("init_from"):
             raise ValueError("copy_curriculum is for an encoder from scratch; init_from names a pretrained one")
         steps = sum(stage.steps for stage in cfg.copy_curriculum)
-        announce_stage("copy curriculum", f"{len(cfg.copy_curriculum)} stages, {steps:,} steps", out / "copy")
+        announce_stage("copy curriculum", f"{len(cfg.copy_curriculum)} stages, {steps:,} steps", layout.copy_dir(out))
         t = time.perf_counter()
         copied = copy_curriculum(cfg, out, seed, data, {**sections.get("model", {}), **model})
         seconds["copy_s"] = time.perf_counter() - t
@@ -194,19 +195,19 @@ def warm_start(cfg: WarmStartConfig, out: Path, seed: int, data: dict[str, str],
     else:
         t = time.perf_counter()
         warmup_model = {**sections.get("model", {}), **model, **({"init_from": str(copied)} if copied else {})}
-        warmup = stage_config(WarmupConfig, cfg.warmup_config, out / "warmup", seed, data, cfg.warmup_steps,
+        warmup = stage_config(WarmupConfig, cfg.warmup_config, layout.warmup_dir(out), seed, data, cfg.warmup_steps,
                               {**sections, "model": warmup_model}, cfg.precision, cfg.compile)  # fmt: skip
-        announce_stage("reader warm-up", warmup.train.max_steps, out / "warmup")
+        announce_stage("reader warm-up", warmup.train.max_steps, layout.warmup_dir(out))
         encoder = train_warmup(warmup)
         seconds["warmup_s"] = time.perf_counter() - t
     ict_model = {**model, "init_from": str(encoder)} if encoder and not model.get("init_from") else model
     # note: ICT never tags (its queries are whole sentences), so the tagging section is the warm-up's alone
     ict_sections = {key: value for key, value in sections.items() if key != "tagging"}
     t = time.perf_counter()
-    ict = stage_config(ICTConfig, cfg.ict_config, out / "ict", seed, data, cfg.ict_steps,
+    ict = stage_config(ICTConfig, cfg.ict_config, layout.ict_dir(out), seed, data, cfg.ict_steps,
                        {**ict_sections, "model": {**ict_sections.get("model", {}), **ict_model}},
                        cfg.precision, cfg.compile)  # fmt: skip
-    announce_stage("ICT warm start", ict.train.max_steps, out / "ict")
+    announce_stage("ICT warm start", ict.train.max_steps, layout.ict_dir(out))
     retriever = train_ict(ict)
     seconds["ict_s"] = time.perf_counter() - t
     return WarmStart(encoder, copied, retriever, seconds)

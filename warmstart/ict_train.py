@@ -43,6 +43,9 @@ from realm.training.scaffold import LoopConfig, TrainingLoop, iterate, start_job
 
 logger = logging.getLogger(__name__)
 
+RETRIEVER_DIR = "retriever"
+"""Where an ICT run publishes its retriever, inside its ``train.run_dir``: what ``--train.init_retriever`` names."""
+
 
 @dataclass(kw_only=True, slots=True)
 class ICTLoopConfig(LoopConfig):
@@ -182,7 +185,7 @@ def train_ict(cfg: ICTConfig, accelerator: Accelerator | None = None) -> Path:
                             plain["ict/loss"], plain["ict/accuracy"], eta(loop.step, cfg.train.max_steps, (t0, first)))
             stop_if_preempted(preemption, loop, "ict")
     loop.close()
-    published = loop.publish(out_dir / "retriever", unwrapped.save_pretrained, {"kind": "ict_retriever"})
+    published = loop.publish(out_dir / RETRIEVER_DIR, unwrapped.save_pretrained, {"kind": "ict_retriever"})
     end_job_tracking(accelerator, published, loop.step)
     return published
 

@@ -50,6 +50,10 @@ from realm.training.scaffold import LoopConfig, TrainingLoop, iterate, start_job
 
 logger = logging.getLogger(__name__)
 
+ENCODER_DIR = "encoder"
+"""Where a warm-up run publishes its encoder, inside its ``train.run_dir``: what ``realm train --train.init_encoder``
+and ICT start from."""
+
 
 @dataclass(kw_only=True, slots=True)
 class WarmupLoopConfig(LoopConfig):
@@ -178,7 +182,7 @@ def train_warmup(cfg: WarmupConfig, accelerator: Accelerator | None = None) -> P
         accelerator.unwrap_model(model).save_pretrained(folder)
         tokenizer.save_pretrained(str(folder))
 
-    published = loop.publish(out_dir / "encoder", save, {"kind": "reader_warmup_encoder"})
+    published = loop.publish(out_dir / ENCODER_DIR, save, {"kind": "reader_warmup_encoder"})
     end_job_tracking(accelerator, published, loop.step)
     return published
 

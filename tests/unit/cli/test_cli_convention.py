@@ -36,7 +36,7 @@ def test_the_old_demo_flags_still_work_with_a_one_line_note(capsys):
                                 "--config", "configs/pretrain/demo_gpu.yaml", "--refresh.swap_lag=1"])  # fmt: skip
     assert (cfg.num_entities, cfg.pretrain_steps, cfg.qa_steps, cfg.warm_start.ict_steps) == (64, 6, 2, 3)
     assert cfg.pretrain_config == "configs/pretrain/demo_gpu.yaml"
-    assert cfg.pretrain_overrides == ["--refresh.swap_lag=1"]
+    assert cfg.pretrain_overrides == {"refresh": {"swap_lag": 1}}
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "--entities -> --num_entities" in err[0] and "--config -> --pretrain_config" in err[0]
 
@@ -88,7 +88,7 @@ def test_print_config_of_the_demo_holds_its_pretraining_overrides(capsys):
     with pytest.raises(SystemExit):
         main(["demo", "--num_entities=9", "--train.max_steps=3", "--print_config"])
     printed = yaml.safe_load(capsys.readouterr().out)
-    assert printed["num_entities"] == 9 and printed["pretrain_overrides"] == ["--train.max_steps=3"]
+    assert printed["num_entities"] == 9 and printed["pretrain_overrides"] == {"train": {"max_steps": 3}}
     assert printed == to_dict(demo_cli.demo_config(["--num_entities=9", "--train.max_steps=3"]))
 
 

@@ -60,7 +60,7 @@ def seen(monkeypatch):
 
 def test_pretraining_starts_from_both_warm_starts_and_the_users_overrides_come_last(tmp_path):
     cfg = demo.DemoConfig(out=str(tmp_path), seed=3, pretrain_steps=7, **CONFIGS, warm_start=WarmStartConfig(**WARM),
-                          pretrain_overrides=["--train.max_steps=9", "--model.num_layers=3"])  # fmt: skip
+                          pretrain_overrides={"train": {"max_steps": 9}, "model": {"num_layers": 3}})  # fmt: skip
     pretrain = demo.pretrain_config(cfg, _paths(tmp_path))
     assert pretrain.train.max_steps == 9 and pretrain.model.num_layers == 3 and pretrain.train.seed == 3
     assert pretrain.train.init_encoder == str(tmp_path / "warmup" / "encoder")
@@ -80,7 +80,7 @@ def test_qa_fine_tunes_the_pretrained_run_on_training_entities_and_evaluates_hel
 
 def test_the_demo_runs_its_stages_in_the_pretraining_shape_and_writes_the_summary(seen, tmp_path):
     cfg = demo.DemoConfig(out=str(tmp_path / "run"), num_entities=50, vocab_size=500, pretrain_steps=4, **CONFIGS,
-                          warm_start=WarmStartConfig(**WARM), pretrain_overrides=["--model.num_layers=3"])  # fmt: skip
+                          warm_start=WarmStartConfig(**WARM), pretrain_overrides={"model": {"num_layers": 3}})  # fmt: skip
     summary = demo.run_demo(cfg)
     assert seen["world"][:3] == (0, 50, 500) and seen["warm"][1]["num_layers"] == 3
     assert seen["pretrain"].train.max_steps == 4 and "finetune" in seen

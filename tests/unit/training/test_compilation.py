@@ -37,7 +37,7 @@ def test_the_pipelines_give_every_stage_compile(tmp_path):
         ict = stage_config(ICTConfig, cfg.warm_start.ict_config, tmp_path / "ict", 0, {}, 1, {}, "fp32", compile)
         assert ict.train.compile is compile
     # a --train.compile of the command line (a pre-training override) is what the pipelines then pass to every stage
-    demo = DemoConfig(out=str(tmp_path), pretrain_overrides=["--train.compile=true"])
+    demo = DemoConfig(out=str(tmp_path), pretrain_overrides={"train": {"compile": True}})
     assert pretrain_config(demo, paths).train.compile is True
     sets = SimpleNamespace(pretrain=tmp_path / "x.jsonl", heldout=tmp_path / "heldout.jsonl")  # what it reads
     text = real_text.RealTextConfig(out=str(tmp_path), pretrain_overrides={"train": {"compile": True}})
