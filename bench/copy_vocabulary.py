@@ -23,6 +23,7 @@ from pathlib import Path
 from harness import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
 
 from realm.core.logging import init_logging  # noqa: E402
+from realm.pipeline import layout  # noqa: E402
 from realm.pipeline.warm_start import CopyStage, WarmStartConfig, copy_curriculum  # noqa: E402
 
 
@@ -47,8 +48,8 @@ def main(argv: list[str] | None = None) -> int:
         for stage in stages:
             one = WarmStartConfig(warmup_config=config, copy_curriculum=[stage])
             copy_curriculum(one, work / f"scratch_{stage.words}", 0, data, {})
-    runs = sorted((work / "copy").glob("*/metrics.jsonl")) if args.chain else [
-        next((work / f"scratch_{stage.words}" / "copy").glob("*/metrics.jsonl")) for stage in stages]  # fmt: skip
+    runs = sorted(layout.copy_dir(work).glob("*/metrics.jsonl")) if args.chain else [
+        next(layout.copy_dir(work / f"scratch_{stage.words}").glob("*/metrics.jsonl")) for stage in stages]  # fmt: skip
     rows = {}
     for stage, metrics in zip(stages, runs):
         records = [json.loads(line) for line in metrics.read_text().splitlines()]

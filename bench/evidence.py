@@ -65,7 +65,7 @@ from realm.data.vocab import load_tokenizer  # noqa: E402
 from realm.data.world import WorldConfig, generate_world, write_world  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
-from realm.pipeline.demo import DemoConfig, make_data, pretrain_config, warm_start_demo  # noqa: E402
+from realm.pipeline.demo import DemoConfig, make_data, pretrain_base, warm_start_demo  # noqa: E402
 from realm.pipeline.warm_start import WarmStartConfig  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
@@ -88,8 +88,9 @@ def prepare(out: Path, seed: int, entities: int, ict_steps: int | None = None) -
     unless given), shared by every row."""
     demo = DemoConfig(out=str(out), seed=seed, num_entities=entities, warm_start=WarmStartConfig(ict_steps=ict_steps),
                       pretrain_config=str(ROW_CONFIG))  # fmt: skip
-    paths = make_data(demo)
-    warm = warm_start_demo(demo, paths, pretrain_config(demo, paths).model)  # the demo shape
+    pretrain = pretrain_base(demo)
+    paths = make_data(demo, pretrain)
+    warm = warm_start_demo(demo, paths, pretrain.model)  # the demo shape
     return {**paths, "encoder": warm.encoder, "retriever": warm.retriever}
 
 

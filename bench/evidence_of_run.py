@@ -21,6 +21,7 @@ from harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B 
 import evidence  # noqa: E402
 
 from realm.core.logging import init_logging  # noqa: E402
+from realm.pipeline import layout  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.heldout_eval import gold_titles  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
@@ -33,9 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     init_logging()
     run = Path(args.run)
-    if not (run / "world" / "world.json").is_file():
+    if not (layout.world_dir(run) / "world.json").is_file():
         parser.error(f"{run}: no world/world.json; give the output folder of a realm demo run")
-    world = json.loads((run / "world" / "world.json").read_text())["config"]
+    world = json.loads((layout.world_dir(run) / "world.json").read_text())["config"]
     loaded = load_run(run)
     cfg = loaded.cfg
     heldout = prepared_sentences(cfg.data.heldout, loaded.tokenizer, None, cfg.retriever.max_query_length, run / "data")
@@ -44,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         cfg=cfg, tokenizer=loaded.tokenizer, unwrapped=loaded.model, special=loaded.special, store=loaded.store,
         heldout=heldout, heldout_titles=gold_titles(cfg.data.heldout),
     )  # fmt: skip
-    paths = {"pretrain": run / "world" / "pretrain.jsonl", "heldout": run / "world" / "heldout.jsonl"}
+    paths = {name: layout.world_file(run, name) for name in ("pretrain", "heldout")}
     table = {"majority": evidence.majority_row(paths), "bm25_reader": evidence.bm25_row(trainer)}
     for name, redraw in (("hot_swap", "heldout"), ("hot_swap_training", "training")):
         out = run / "evidence" / name

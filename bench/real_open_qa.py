@@ -77,6 +77,7 @@ from realm.finetune.evaluate_qa import PREDICTIONS_FILE, load_qa_run, write_eval
 from realm.finetune.setup import MODEL_DIR  # noqa: E402
 from realm.index.text_bm25 import bm25_rankings, titled_texts  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
+from realm.pipeline import layout  # noqa: E402
 from realm.pipeline.real_text import RETRIEVER_SHAPE, RealTextConfig, finetune_config, run_real_text  # noqa: E402
 from realm.pipeline.stages import finetune_and_evaluate  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
@@ -116,10 +117,11 @@ def retriever_shape(cfg: RealTextConfig) -> tuple[PretrainConfig, str]:
     if (out / CONFIG_FILE).is_file():
         pretrain = load_config(PretrainConfig, out / CONFIG_FILE)
     else:
-        data = {"data": {"tokenizer": cfg.init_from or str(out / "tokenizer"), "blocks": str(out / "blocks")}}
+        data = {"data": {"tokenizer": cfg.init_from or str(layout.tokenizer_dir(out)),
+                         "blocks": str(layout.blocks_dir(out))}}  # fmt: skip
         pretrain = load_config(PretrainConfig, cfg.pretrain_config,
                                merge_sections(dict(cfg.pretrain_overrides), data, "bench"))  # fmt: skip
-    return pretrain, cfg.init_from or str(out / "warmup" / "encoder")
+    return pretrain, cfg.init_from or str(layout.warmup_encoder(out))
 
 
 def minilm_folder() -> str:
@@ -155,7 +157,7 @@ def retrievers(cfg: RealTextConfig, names: tuple[str, ...], pretrain: PretrainCo
     out = Path(cfg.out)
     torch.manual_seed(cfg.seed)  # note: the scratch start's projection is random; seeded, it is the same every time
     load = {"start": lambda: Retriever.from_bert(bert, pretrain.retriever),
-            "ict": lambda: Retriever.from_pretrained(out / "ict" / "retriever"),
+            "ict": lambda: Retriever.from_pretrained(layout.ict_retriever(out)),
             "realm": lambda: load_run(out).model.retriever}  # fmt: skip
     return {name: load[name]() for name in names}
 
@@ -197,14 +199,14 @@ def qa_rows(cfg: RealTextConfig, sets: dict, names: list[str], own_train: dict |
     data = {"tokenizer": pretrain.data.tokenizer, "blocks": pretrain.data.blocks}
     starts = {
         "start": {"init": {"bert": bert}, "data": data},
-        "ict": {"init": {"bert": bert, "retriever": str(out / "ict" / "retriever")}, "data": data},
+        "ict": {"init": {"bert": bert, "retriever": str(layout.ict_retriever(out))}, "data": data},
         "realm": {"init": {"run": str(out)}},
     }
     # note: ORQA's start with the blocks BM25 proposes, so bm25 - ict is the retriever's share of the QA row
     starts["bm25"] = {**starts["ict"], "retrieval": {"candidates": "bm25"}}
     # note: REALM's own start (warmed-up reader, ICT retriever), so realm - warm is the pre-training's share; for the
     # scratch init the warm-up's encoder is already the start's, and warm is ict again
-    starts["warm"] = {**starts["ict"], "init": {**starts["ict"]["init"], "bert": str(out / "warmup" / "encoder")}}
+    starts["warm"] = {**starts["ict"], "init": {**starts["ict"]["init"], "bert": str(layout.warmup_encoder(out))}}
     # note: every start embeds and pools as the pre-training run did, so the rows differ only in their weights
     retriever = {key: getattr(pretrain.retriever, key) for key in RETRIEVER_SHAPE}
     rows = {}
@@ -273,7 +275,7 @@ def done(cfg: RealTextConfig, summary: dict, stage: str) -> bool:
     out = Path(cfg.out)
     if stage == "pretrain":
         return "heldout_accuracy_retrieval" in summary
-    return (out / "ict" / "retriever").is_dir() if stage == "warm_start" else bool(summary)
+    return layout.ict_retriever(out).is_dir() if stage == "warm_start" else bool(summary)
 
 
 def measure(args: argparse.Namespace, names: tuple[str, ...], own_train: dict[str, str]) -> tuple[dict, dict]:
@@ -291,7 +293,7 @@ def measure(args: argparse.Namespace, names: tuple[str, ...], own_train: dict[st
             stage = stop_after(cfg, args.through)
             if not done(cfg, summary, stage):
                 summary = run_real_text(dataclasses.replace(cfg, qa_steps=0, stop_after=stage))
-            texts = block_texts(Path(cfg.out) / "blocks")
+            texts = block_texts(layout.blocks_dir(cfg.out))
             answer_sets = {n: (qs, answerable(qs, texts)) for n, qs in sets.items()}
             cloze = {"ict": (summary["heldout_accuracy_retrieval_start"],
                              summary["heldout_accuracy_closed_book_start"]),

@@ -53,6 +53,7 @@ from realm.data.blocks import load_blocks  # noqa: E402
 from realm.data.cloze_sets import ClozeSets  # noqa: E402
 from realm.data.packing import SpecialIds  # noqa: E402
 from realm.data.vocab import load_tokenizer  # noqa: E402
+from realm.pipeline import layout  # noqa: E402
 from realm.pipeline.real_text import RealTextConfig, pretrain_config  # noqa: E402
 from realm.pretrain.config import PretrainConfig  # noqa: E402
 from realm.pretrain.data import HELDOUT_SENTENCES_FILE  # noqa: E402
@@ -115,9 +116,10 @@ def start_config(args: argparse.Namespace, row: str, out: Path) -> PretrainConfi
     """The pipeline's pre-training config of ``--start``, with ``--set``, the row's keys, the stage's schedule and
     the held-out sentences, writing to ``out/row``."""
     start = Path(args.start)
-    for need in ("blocks", "cloze/pretrain.jsonl", "ict/retriever"):
-        if not (start / need).exists():
-            raise BenchError(f"--start {start}: no {need} (run `realm real-text --stop_after=warm_start` first)")
+    for need in (layout.blocks_dir(start), layout.cloze_file(start, "pretrain"), layout.ict_retriever(start)):
+        if not need.exists():
+            raise BenchError(f"--start {start}: no {need.relative_to(start)} (run `realm real-text "
+                             "--stop_after=warm_start` first)")  # fmt: skip
     sections = parse_overrides(row_overrides(row, args.set) or [f"--{s}" for s in args.set])
     if args.heldout_sentences:
         sections.setdefault("data", {})["heldout_sentences"] = args.heldout_sentences
@@ -127,10 +129,10 @@ def start_config(args: argparse.Namespace, row: str, out: Path) -> PretrainConfi
         raise BenchError(f"--pipeline-set: {', '.join(sorted(set(pipeline) & set(own)))} have options of their own "
                          f"(--start, --seed, --init-from, --set)")  # fmt: skip
     cfg = load_config(RealTextConfig, args.config, {**pipeline, **own})
-    data = {"tokenizer": args.init_from or str(start / "tokenizer"), "blocks": str(start / "blocks")}
-    sets = ClozeSets(pretrain=start / "cloze" / "pretrain.jsonl", heldout=start / "cloze" / "heldout.jsonl",
+    data = {"tokenizer": args.init_from or str(layout.tokenizer_dir(start)), "blocks": str(layout.blocks_dir(start))}
+    sets = ClozeSets(pretrain=layout.cloze_file(start, "pretrain"), heldout=layout.cloze_file(start, "heldout"),
                      num_pretrain=0, num_heldout=0, num_heldout_without_span=0, num_short=0)  # fmt: skip
-    pre = pretrain_config(cfg, data, sets, warmed=(start / "warmup" / "encoder").is_dir())
+    pre = pretrain_config(cfg, data, sets, warmed=layout.warmup_encoder(start).is_dir())
     pre.train = dataclasses.replace(pre.train, run_dir=str(out / row), max_steps=args.steps,
                                     save_interval=save_interval(args.eval_at))  # fmt: skip
     return pre
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError(f"--primary names no --cloze endpoint: {sorted(set(args.primary) - set(files))}")
         for row in args.rows:
             row_overrides(row, [])  # note: an unknown row is refused before any row trains
-        if args.init_from is None and not (Path(args.start) / "tokenizer").is_dir():
+        if args.init_from is None and not layout.tokenizer_dir(args.start).is_dir():
             args.init_from = str(minilm_path())
         if args.heldout_sentences is None:
             args.heldout_sentences = heldout_sentences(files)

@@ -26,6 +26,7 @@ import torch.nn.functional as F  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.jsonl import iter_jsonl  # noqa: E402
 from realm.models.retriever import Retriever  # noqa: E402
+from realm.pipeline import layout  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.heldout_eval import embed_corpus, gold_block_ids, gold_titles, heldout_batches  # noqa: E402
 from realm.pretrain.saved_run import load_run  # noqa: E402
@@ -103,13 +104,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     run = Path(args.run)
-    if not (run / "world" / "entities.jsonl").is_file():
+    if not layout.world_file(run, "entities").is_file():
         parser.error(f"{run}: no world/entities.jsonl; give the output folder of a realm demo run")
     init_logging()
     queries, blocks, gold, titles, hidden = embeddings(run, args.retriever and Path(args.retriever), args.mask_hidden)
     ranks, tops = gold_ranks(queries @ blocks.T, gold)
-    kinds = {record["id"]: record["kind"] for _, record in iter_jsonl(run / "world" / "entities.jsonl")}
-    records = [record for _, record in iter_jsonl(run / "world" / "heldout.jsonl")][: len(ranks)]
+    kinds = {record["id"]: record["kind"] for _, record in iter_jsonl(layout.world_file(run, "entities"))}
+    records = [record for _, record in iter_jsonl(layout.world_file(run, "heldout"))][: len(ranks)]
     groups = [f"{kinds[r['entity_id']]}/{r['relation']}" for r in records]
     table = recall_by_group(ranks, groups, args.k)
     hidden_ranks = gold_ranks(hidden @ blocks.T, gold)[0] if hidden is not None else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Sequence
 
+from realm.pipeline.layout import qa_run
 from realm.run.layout import METRICS_FILE, SUMMARY_FILE
 
 
@@ -23,7 +24,7 @@ def closing_lines(run: str | Path) -> str:
     run = Path(run)
     where = [
         ("model", run / "model", "encoder/ (transformers), retriever/ (sentence-transformers)"),
-        ("QA model", run / "qa" / "model", "the fine-tuned reader and retriever (realm evaluate)"),
+        ("QA model", qa_run(run) / "model", "the fine-tuned reader and retriever (realm evaluate)"),
         ("summary", run / SUMMARY_FILE, "the figures above, with their definitions"),
         ("metrics", run / METRICS_FILE, "every logged step (realm report draws them)"),
     ]
