@@ -11,6 +11,7 @@ from types import SimpleNamespace
 import pytest
 
 from realm.core.config import load_config, parse_overrides
+from realm.pipeline import layout
 from realm.pretrain.config import PretrainConfig
 from tests.helpers import ROOT, bench_module
 
@@ -89,9 +90,9 @@ def test_a_row_config_is_the_pipelines_with_the_stages_schedule_and_the_rows_key
     assert cfg.train.loss == "closed_book" and cfg.refresh.refresh_interval == 100
     assert Path(cfg.train.run_dir) == tmp_path / "out" / "closed_book"
     assert (cfg.train.max_steps, cfg.train.save_interval, cfg.train.seed) == (6, 2, 5)
-    assert Path(cfg.train.init_retriever) == start / "ict" / "retriever"
-    assert Path(cfg.train.init_encoder) == start / "warmup" / "encoder"
-    assert Path(cfg.data.sentences) == start / "cloze" / "pretrain.jsonl"
+    assert Path(cfg.train.init_retriever) == layout.ict_retriever(start)
+    assert Path(cfg.train.init_encoder) == layout.warmup_encoder(start)
+    assert Path(cfg.data.sentences) == layout.cloze_file(start, "pretrain")
     assert cfg.data.heldout_sentences == "/x/heldout_sentences.txt" and cfg.data.tagging.kind == "rule"
     realm = stage.start_config(args, "realm", tmp_path / "out")
     assert realm.train.loss == "per_token"

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from realm.pipeline import demo
+from realm.pipeline import demo, layout
 from realm.pipeline.warm_start import WarmStartConfig
 from realm.run.layout import SUMMARY_FILE
 from tests.helpers import ROOT
@@ -21,9 +21,9 @@ WORLD_FILES = ("corpus", "pretrain", "heldout", "questions_train", "questions_he
 
 
 def _paths(run: Path) -> dict[str, Path]:
-    return {**{name: run / "world" / f"{name}.jsonl" for name in WORLD_FILES},
-            "heldout_articles": run / "world" / "heldout_articles.txt",
-            "tokenizer": run / "tokenizer", "blocks": run / "blocks"}  # fmt: skip
+    return {**{name: layout.world_file(run, name) for name in WORLD_FILES},
+            "heldout_articles": layout.world_dir(run) / "heldout_articles.txt",
+            "tokenizer": layout.tokenizer_dir(run), "blocks": layout.blocks_dir(run)}  # fmt: skip
 
 
 @pytest.fixture
@@ -63,9 +63,9 @@ def test_pretraining_starts_from_both_warm_starts_and_the_users_overrides_come_l
                           pretrain_overrides={"train": {"max_steps": 9}, "model": {"num_layers": 3}})  # fmt: skip
     pretrain = demo.pretrain_config(cfg, _paths(tmp_path))
     assert pretrain.train.max_steps == 9 and pretrain.model.num_layers == 3 and pretrain.train.seed == 3
-    assert pretrain.train.init_encoder == str(tmp_path / "warmup" / "encoder")
-    assert pretrain.train.init_retriever == str(tmp_path / "ict" / "retriever")
-    assert pretrain.data.sentences == str(tmp_path / "world" / "pretrain.jsonl")
+    assert pretrain.train.init_encoder == str(layout.warmup_encoder(tmp_path))
+    assert pretrain.train.init_retriever == str(layout.ict_retriever(tmp_path))
+    assert pretrain.data.sentences == str(layout.world_file(tmp_path, "pretrain"))
     skipped = demo.DemoConfig(out=str(tmp_path), **CONFIGS, warm_start=WarmStartConfig(**WARM, warmup_steps=0))
     assert demo.pretrain_config(skipped, _paths(tmp_path)).train.init_encoder == ""
 
@@ -73,14 +73,15 @@ def test_pretraining_starts_from_both_warm_starts_and_the_users_overrides_come_l
 def test_qa_fine_tunes_the_pretrained_run_on_training_entities_and_evaluates_held_out_ones(tmp_path):
     cfg = demo.DemoConfig(out=str(tmp_path), seed=2, qa_steps=5, max_dev_questions=0, num_threads=1, **CONFIGS)
     qa = demo.finetune_config(cfg, _paths(tmp_path))
-    assert qa.init.run == str(tmp_path) and qa.train.run_dir == str(tmp_path / "qa") and qa.train.max_steps == 5
-    assert qa.task.train == str(tmp_path / "world" / "questions_train.jsonl") and qa.task.max_dev_questions == 0
+    assert qa.init.run == str(tmp_path) and qa.train.run_dir == str(layout.qa_run(tmp_path)) and qa.train.max_steps == 5
+    assert qa.task.train == str(layout.world_file(tmp_path, "questions_train")) and qa.task.max_dev_questions == 0
     assert qa.train.num_threads == 1 and qa.train.seed == 2
 
 
 def test_the_demo_runs_its_stages_in_the_pretraining_shape_and_writes_the_summary(seen, tmp_path):
     cfg = demo.DemoConfig(out=str(tmp_path / "run"), num_entities=50, vocab_size=500, pretrain_steps=4, **CONFIGS,
-                          warm_start=WarmStartConfig(**WARM), pretrain_overrides={"model": {"num_layers": 3}})  # fmt: skip
+                          warm_start=WarmStartConfig(**WARM),
+                          pretrain_overrides={"model": {"num_layers": 3}})  # fmt: skip
     summary = demo.run_demo(cfg)
     assert seen["world"][:3] == (0, 50, 500) and seen["warm"][1]["num_layers"] == 3
     assert seen["pretrain"].train.max_steps == 4 and "finetune" in seen
