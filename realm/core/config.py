@@ -285,8 +285,8 @@ def config_from_command_line(cls: type[T], argv: list[str] | None, prog: str, de
     is given) plus ``--section.key=value`` overrides; ``--help`` lists every key with its value (the default config's
     where there is one) and its field's docstring; ``--print_config`` prints the resolved config as YAML and exits 0.
     ``passthrough=(field, stage_cls)``: overrides of ``stage_cls``'s sections that ``cls`` lacks are gathered, as
-    given, into ``field`` (a pipeline's ``--train.*`` for its pre-training stage): a list of overrides or a dict of
-    sections. The optional packages the config needs are checked here (``realm.core.extras``)."""
+    given, into ``field`` (a pipeline's ``--train.*`` for its pre-training stage), a dict of sections. The optional
+    packages the config needs are checked here (``realm.core.extras``)."""
     parser = argparse.ArgumentParser(prog=prog, description=description, allow_abbrev=False, add_help=False,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("-h", "--help", action="store_true", help="show this help message and exit")
@@ -331,15 +331,13 @@ def _sections(cls: type, passthrough: tuple[str, type]) -> set[str]:
 
 
 def _passed_through(cls: type, field: str, staged: list[str]) -> list[str]:
-    """A stage's overrides as overrides of ``cls``'s ``field``: one list of them (``realm demo``'s
-    ``pretrain_overrides``), or each one's key under a dict of sections (``realm real-text``'s), where they merge
-    with that dict's other keys (a config's or a ``--field={...}``)."""
-    if not staged:
-        return []
-    if typing.get_origin(typing.get_type_hints(cls)[field]) is dict:
-        renamed, is_value = [], False
-        for arg in staged:  # note: a key's value given as the next word (``--train.seed 3``) stays as it is
-            renamed.append(arg if is_value else f"--{field}.{arg[2:]}")
-            is_value = not is_value and "=" not in arg
-        return renamed
-    return [f"--{field}={yaml.safe_dump(staged, default_flow_style=True).strip()}"]
+    """A stage's overrides as overrides of ``cls``'s ``field``, a dict of sections (``realm demo``'s and ``realm
+    real-text``'s ``pretrain_overrides``): each one's key under it, where they merge with that dict's other keys (a
+    config's or a ``--field={...}``)."""
+    if typing.get_origin(typing.get_type_hints(cls)[field]) is not dict:
+        raise TypeError(f"{cls.__name__}.{field} must be a dict of config sections to take a stage's overrides")
+    renamed, is_value = [], False
+    for arg in staged:  # note: a key's value given as the next word (``--train.seed 3``) stays as it is
+        renamed.append(arg if is_value else f"--{field}.{arg[2:]}")
+        is_value = not is_value and "=" not in arg
+    return renamed
