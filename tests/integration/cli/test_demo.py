@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from realm.pipeline import layout
 from tests.helpers import run_module
 
 pytestmark = pytest.mark.slow
@@ -44,18 +45,18 @@ def test_demo_writes_summary_with_all_fields(tmp_path):
     ):
         assert 0.0 <= summary[key] <= 1.0, (key, summary[key])
     assert summary["qa_steps"] == 4 and summary["qa_num_questions"] == 20
-    assert (run / "qa" / "model" / "manifest.json").is_file()
-    assert len((run / "qa" / "eval" / "dev-step-4" / "predictions.jsonl").read_text().splitlines()) == 20
+    assert (layout.qa_run(run) / "model" / "manifest.json").is_file()
+    assert len((layout.qa_run(run) / "eval" / "dev-step-4" / "predictions.jsonl").read_text().splitlines()) == 20
     # note: >= 1, the first index, which the trainer waits for; how many later versions are swapped in before the
     # last step depends on how fast the machine trains (a GPU finishes 6 steps before a second index is published)
     assert summary["pretrain_steps"] == 6 and summary["num_index_refreshes"] >= 1
     assert summary["num_heldout_examples"] == 40
     assert "held-out accuracy, with retrieval" in proc.stdout
-    assert (run / "ict" / "retriever" / "manifest.json").is_file()
-    assert (run / "warmup" / "encoder" / "manifest.json").is_file()
+    assert (layout.ict_retriever(run) / "manifest.json").is_file()
+    assert (layout.warmup_encoder(run) / "manifest.json").is_file()
     assert summary["stage_seconds"]["warmup_s"] > 0
     # pre-training starts from the warmed-up encoder: its config records the warm start
-    assert f"init_encoder: {run / 'warmup' / 'encoder'}" in (run / "config.yaml").read_text()
+    assert f"init_encoder: {layout.warmup_encoder(run)}" in (run / "config.yaml").read_text()
     assert (run / "checkpoints" / "step-00000006" / "manifest.json").is_file()
     # the trained networks as transformers / sentence-transformers load them (realm.pretrain.export)
     assert all((run / "model" / name / "manifest.json").is_file() for name in ("encoder", "retriever"))
@@ -67,7 +68,7 @@ def _assert_readable_log(log: str, out: str, run) -> None:
     banners = re.findall(r"\[(\d)/5\] ([^:]+): (.*)", log)
     assert [(n, name) for n, name, _ in banners] == [("1", "data"), ("2", "reader warm-up"), ("3", "ICT warm start"),
                                                     ("4", "REALM pre-training"), ("5", "QA fine-tuning")], banners
-    assert banners[2][2] == f"10 steps -> {run / 'ict'}" and banners[4][2] == f"4 steps -> {run / 'qa'}"
+    assert banners[2][2] == f"10 steps -> {layout.ict_dir(run)}" and banners[4][2] == f"4 steps -> {layout.qa_run(run)}"
     for line in ("warm-up step 5/5 ", "ICT step 10/10 ", "step 6/6 loss", "QA step 4/4 loss"):
         assert line in log, line
     assert re.search(r"INFO step [1-5]/6 loss .* ETA \d+s", log), "a step line before the last says how long is left"

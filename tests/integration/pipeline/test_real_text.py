@@ -13,7 +13,7 @@ from realm.core.config import load_config
 from realm.core.errors import ConfigError
 from realm.data.jsonl import iter_jsonl
 from realm.data.blocks import load_blocks
-from realm.pipeline import real_text
+from realm.pipeline import layout, real_text
 from realm.pipeline.real_text import RealTextConfig, run_real_text
 from tests.helpers import ROOT
 from tests.wandb_records import offline_runs
@@ -47,12 +47,12 @@ def test_stop_after_data_writes_vocabulary_blocks_and_cloze_sets_and_needs_no_qu
     summary = run_real_text(cfg)
     assert summary["num_documents"] == num_docs and summary["num_heldout"] > 0 and summary["num_pretrain"] > 0
     # the held-out articles (titles) are listed for the warm start, and X holds no sentence of theirs
-    held = set((tmp_path / "run" / "cloze" / "heldout_articles.txt").read_text().splitlines())
-    titles = {r["uid"]: r["title"] for r in load_blocks(tmp_path / "run" / "blocks")}
+    held = set(layout.heldout_articles(tmp_path / "run").read_text().splitlines())
+    titles = {r["uid"]: r["title"] for r in load_blocks(layout.blocks_dir(tmp_path / "run"))}
     assert len(held) == 8 and held <= set(titles.values())
-    x = iter_jsonl(tmp_path / "run" / "cloze" / "pretrain.jsonl")
+    x = iter_jsonl(layout.cloze_file(tmp_path / "run", "pretrain"))
     assert held.isdisjoint(titles[r["source_uid"]] for _, r in x)
-    assert not (tmp_path / "run" / "warmup").exists() and "data_s" in summary["stage_seconds"]
+    assert not layout.warmup_dir(tmp_path / "run").exists() and "data_s" in summary["stage_seconds"]
     with pytest.raises(ConfigError, match="qa.train and qa.dev must name question files"):
         run_real_text(load_config(RealTextConfig, None, {"corpus": {"path": "c.json"}, "out": str(tmp_path / "x")}))
 
@@ -84,7 +84,7 @@ def test_the_warm_start_and_x_are_given_the_held_out_articles_and_sentences(tiny
     })  # fmt: skip
     with pytest.raises(Stop):
         run_real_text(cfg)
-    assert given["heldout_articles"] == str(tmp_path / "run" / "cloze" / "heldout_articles.txt")
+    assert given["heldout_articles"] == str(layout.heldout_articles(tmp_path / "run"))
     assert given["heldout_sentences"] == str(sentences)  # the reader warm-up and ICT skip them
     assert pretrain[0].data.heldout_sentences == str(sentences)  # and so does X
 

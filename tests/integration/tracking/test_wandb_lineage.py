@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from realm.pipeline import layout
 from tests.helpers import ROOT, data_overrides, subprocess_env
 from tests.wandb_records import offline_runs
 
@@ -142,7 +143,7 @@ def test_the_demos_tracking_reaches_every_stage_in_one_group(tmp_path: Path):
     _run("realm.cli.demo", f"--out={run}", "--num_entities=64", "--warm_start.warmup_steps=2",
          "--warm_start.ict_steps=2", "--pretrain_steps=4", "--qa_steps=2", *OFFLINE)  # fmt: skip
     found = {}
-    for stage in (run, run / "warmup", run / "ict", run / "qa"):
+    for stage in (layout.pretrain_run(run), layout.warmup_dir(run), layout.ict_dir(run), layout.qa_run(run)):
         found |= offline_runs(stage)
     assert set(found) == {"warmup", "ict", "trainer", "index_builder", "finetune", "pipeline"}, set(found)
     groups = {r.run.run_group for records in found.values() for r in records if r.WhichOneof("record_type") == "run"}
