@@ -82,6 +82,9 @@ class Start:
     tokenizer_path: str
     blocks_path: str
     max_block_length: int
+    centred_search: bool = False
+    """Whether the retriever was trained searching with centred queries (a pre-training run's
+    ``retriever.center_queries``): what QA's search does unless ``retrieval.center_queries`` says otherwise."""
 
 
 def starting_point(
@@ -99,8 +102,10 @@ def starting_point(
         retriever = run.model.retriever
         tokenizer_path, blocks_path = data.tokenizer or run.tokenizer_path, data.blocks or run.blocks_path
         max_block_length = run.cfg.retriever.max_block_length
+        centred_search = run.cfg.retriever.center_queries
         logger.info("starting from %s (step %d)", run.checkpoint, run.step)
     else:
+        centred_search = False
         if not data.blocks:
             raise ConfigError("data.blocks is required unless init.run is set")
         blocks_path, max_block_length = data.blocks, retriever_cfg.max_block_length
@@ -124,7 +129,7 @@ def starting_point(
     # note: the query tower is trained while the document side stays frozen, so a shared tower is split in two
     query = copy.deepcopy(retriever.query_embedder)
     return Start(OpenQAModel(query, qa_reader, reader.max_span_width), retriever.doc_embedder, tokenizer_path,
-                 blocks_path, max_block_length)  # fmt: skip
+                 blocks_path, max_block_length, centred_search)  # fmt: skip
 
 
 def frozen_index(out_dir: Path, start: Start, init: InitConfig, index_cfg: IndexConfig, *, build: bool = True):

@@ -13,6 +13,7 @@ metrics go to ``OUT/eval/dev-step-N/``. The model is published to ``OUT/model/``
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import sys
 import time
@@ -118,6 +119,10 @@ class Finetuner:
         train_examples = cfg.task.load(cfg.task.train)
         dev_examples = cfg.task.load(cfg.task.dev, cfg.task.max_dev_questions, dev=True) if cfg.task.dev else None
         start = starting_point(cfg.init, cfg.data, cfg.model, cfg.retriever, cfg.reader)
+        if cfg.retrieval.center_queries is None:
+            # note: resolved here, so the model's manifest (what `realm evaluate` searches with) records a bool
+            cfg.retrieval = dataclasses.replace(cfg.retrieval, center_queries=start.centred_search
+                                                and cfg.retrieval.candidates == "dense")  # fmt: skip
         # note: with init.bert, a data.tokenizer of another vocabulary is refused, naming both
         self.tokenizer = load_model_tokenizer(start.tokenizer_path, cfg.init.bert or None)
         # note: before the frozen index embeds every block, work that a mismatch would waste

@@ -31,10 +31,12 @@ class RetrievalConfig:
     candidates: CandidateSource = "dense"
     """``dense``: the live query tower's search of the frozen index (ORQA/REALM); ``bm25``: BM25 (bm25s) over the
     blocks' ``title text``, ranked once per question at start-up (needs ``pip install bm25s PyStemmer``)."""
-    center_queries: bool = False
+    center_queries: bool | None = None
     """``dense`` only: each batch's queries are searched less their batch mean (the hubness correction pre-training's
     ``retriever.center_queries`` applies), so QA reads blocks picked as a retriever trained that way picks them. The
-    retriever's scores in the loss and the span scores stay the raw inner products, as in pre-training."""
+    retriever's scores in the loss and the span scores stay the raw inner products, as in pre-training. None: as the
+    retriever QA starts from was trained (``init.run``'s ``retriever.center_queries``; false from a BERT or a saved
+    retriever); fine-tuning records the resolved value in its model's manifest. A batch of one is searched raw."""
 
     def __post_init__(self) -> None:
         problems = Problems()

@@ -68,7 +68,7 @@ class QAContext:
                              "QAContext.question_set")  # fmt: skip
         return attach_blocks(
             batch, query_embeddings, self.index, self.embeddings, self.store, questions, self.words, self.special,
-            self.reader, beam, self.retrieval.center_queries,
+            self.reader, beam, bool(self.retrieval.center_queries),
         )  # fmt: skip
 
 

@@ -30,12 +30,16 @@ def test_a_moved_run_is_inspected_evaluated_and_resumed(tiny_world, tmp_path: Pa
     for name in ("tokenizer", "blocks"):
         shutil.copytree(tiny_world[name], launch / "demo" / name)
     questions = str(tiny_world["questions"])
+    # note: trained with centred queries, so QA (no retrieval flag) searches centred and its manifest says so
     _realm(launch, "train", "--config", "configs/pretrain/tiny.yaml", "--train.run_dir=demo", "--train.max_steps=2",
            "--data.tokenizer=demo/tokenizer", "--data.blocks=demo/blocks", f"--data.sentences={tiny_world['pretrain']}",
-           f"--data.heldout={tiny_world['heldout']}")  # fmt: skip
+           f"--data.heldout={tiny_world['heldout']}", "--retriever.center_queries=true")  # fmt: skip
     _realm(launch, "finetune", "--config", "configs/finetune/demo.yaml", "--init.run=demo", "--train.run_dir=demo/qa",
            "--train.max_steps=2", "--train.batch_size=4", "--finetune.retriever_beam=5", "--finetune.eval_batch_size=8",
            "--task.max_dev_questions=8", f"--task.train={questions}", f"--task.dev={questions}")  # fmt: skip
+
+    manifest = json.loads((launch / "demo" / "qa" / "model" / "manifest.json").read_text())
+    assert manifest["retrieval"] == {"candidates": "dense", "center_queries": True}
 
     moved = tmp_path / "other-mount" / "renamed"
     shutil.move(launch / "demo", moved)
