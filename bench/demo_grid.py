@@ -11,7 +11,8 @@ its wall changes); runs of more threads than ``cores // jobs`` still run one at 
 
 Run from the repository root:
 ``python bench/demo_grid.py --seeds 0 1 2 3 4 5 6 7 --threads 1 2 --precisions bf16 --jobs 2 --json runs/grid.json``
-(7-14 minutes a run on 2 cores).
+(7-14 minutes a run on 2 cores); any other flag is a ``realm demo`` flag given to every run (a recipe under test:
+``--retriever.center_queries=true --qa_steps=200``).
 """
 
 from __future__ import annotations
@@ -78,16 +79,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--jobs", type=int, default=1, help="runs side by side, for runs of cores // jobs threads or fewer")
     p.add_argument("--out", default=str(REPO / "runs" / "grid"))
     p.add_argument("--json", default=None)
-    args = p.parse_args(argv)
+    args, extra = p.parse_known_args(argv)  # note: the rest are `realm demo` flags, given to every run
     out, cores = Path(args.out), os.cpu_count() or 1
     grid = [(p_, t, s) for t in args.threads for s in args.seeds for p_ in args.precisions]
     narrow = [g for g in grid if g[1] <= cores // max(args.jobs, 1)]
     summaries: dict[tuple, dict] = {}
     for g in grid:  # note: the wide runs one at a time first, so that a side-by-side pair never shares with them
         if g not in narrow:
-            summaries[g] = run_one(out, g[2], g[0], g[1], SCALES[args.scale])
+            summaries[g] = run_one(out, g[2], g[0], g[1], [*SCALES[args.scale], *extra])
     with ThreadPoolExecutor(max_workers=max(args.jobs, 1)) as pool:
-        done = pool.map(lambda g: run_one(out, g[2], g[0], g[1], SCALES[args.scale]), narrow)
+        done = pool.map(lambda g: run_one(out, g[2], g[0], g[1], [*SCALES[args.scale], *extra]), narrow)
         summaries |= dict(zip(narrow, done))
     rows = [{"run": run_name(*g), "precision": g[0], "threads": g[1], "seed": g[2], "misses": misses(summaries[g]),
              **{c: summaries[g][c] for c in COLUMNS}} for g in grid]  # fmt: skip

@@ -53,3 +53,20 @@ def test_wide_runs_go_alone_first_then_narrow_ones_side_by_side_and_finished_run
     assert [r["run"] for r in result["rows"]] == [f"bf16-t{t}-s{s}" for t in (1, 2) for s in (0, 1, 2)]
     assert result["all_meet_bars"] is False  # seed 0 at 2 threads: held-out 0.60 < 0.65
     assert result["rows"][3]["misses"] == ["heldout_accuracy_retrieval"]
+
+
+def test_flags_the_grid_does_not_know_reach_every_run_after_the_scales_own(tmp_path, monkeypatch):
+    argvs = []
+
+    def fake_run_realm(argv, log, threads=None):
+        argvs.append(argv)
+        out = Path(next(a for a in argv if a.startswith("--out=")).removeprefix("--out="))
+        out.mkdir(parents=True)
+        (out / "summary.json").write_text(json.dumps(GOOD))
+        return "realm demo"
+
+    monkeypatch.setattr(grid, "run_realm", fake_run_realm)
+    recipe = ["--retriever.center_queries=true", "--qa_steps=200"]
+    grid.main(["--seeds", "0", "1", "--precisions", "fp32", "--scale", "ci", "--out", str(tmp_path), *recipe])
+    assert len(argvs) == 2
+    assert all(argv[-2:] == recipe and argv[-2 - len(grid.SCALES["ci"]):-2] == grid.SCALES["ci"] for argv in argvs)
