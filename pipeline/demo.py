@@ -4,7 +4,7 @@ world -> WordPiece vocabulary -> blocks -> reader warm-up of the from-scratch en
 own pre-training gives REALM) -> ICT warm start of the retriever -> pre-training (trainer + live index builder as a
 child process) -> held-out evaluation with retrieval and closed book -> open-domain QA fine-tuning on questions about
 training entities, evaluated on questions about held-out ones. Writes ``OUT/summary.json``. ``realm demo`` builds a
-``DemoConfig`` from its dotted keys and calls ``run_demo``; ``bench/evidence.py`` starts every row where the demo starts
+``DemoConfig`` from its dotted keys and calls ``run_demo``; ``experiments/demo/evidence.py`` starts every row where the demo starts
 (``make_data`` and ``warm_start_demo``).
 """
 

@@ -6,7 +6,7 @@ the training articles' sentences; held out: sentences of held-out articles with 
 spaCy by default) -> warm start (copy curriculum from scratch, reader warm-up and ICT, both skipping the held-out
 articles) -> REALM pre-training with the asynchronous index builder -> held-out span accuracy with retrieval and
 closed book -> QA fine-tuning -> exact match on the dev questions.
-Writes ``OUT/summary.json``. ``realm real-text`` and ``bench/real_open_qa.py`` call ``run_real_text``.
+Writes ``OUT/summary.json``. ``realm real-text`` and ``experiments/real_text/real_open_qa.py`` call ``run_real_text``.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class RealTextConfig:
     max_heldout_sentences: int = 1000
     """A seeded sample of the held-out articles' sentences (0: all)."""
     heldout_sentences: str = ""
-    """A file of sentences, one a line (``bench/reachable_cloze.py``'s ``heldout_sentences.txt``: the reachable cloze
+    """A file of sentences, one a line (``experiments/real_text/reachable_cloze.py``'s ``heldout_sentences.txt``: the reachable cloze
     items), that no stage trains on: not a warm-up example, an ICT query or pseudo-document, nor a sentence of X.
     Their blocks stay in the corpus."""
     vocab_size: int = 16000

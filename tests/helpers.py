@@ -36,18 +36,6 @@ SHARED_REAL = ROOT.parent / "shared" / "data" / "real"
 MAX_BLOCK_LENGTH = 24
 
 
-def bench_module(stem: str, name: str = "") -> ModuleType:
-    """``bench/{stem}.py`` imported as running it would: ``bench/`` first on ``sys.path``, so that its own imports of
-    its siblings (``harness`` first: no hub, no W&B network) resolve; ``name`` is the module's name (default
-    ``stem``)."""
-    if str(ROOT / "bench") not in sys.path:
-        sys.path.insert(0, str(ROOT / "bench"))
-    spec = importlib.util.spec_from_file_location(name or stem, ROOT / "bench" / f"{stem}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 SMALL_TEXTS = ["Ada Lovelace worked with Charles Babbage.", "The Analytical Engine was a proposed computer."] * 3
 """A corpus small enough to train a vocabulary on in milliseconds (``small_tokenizer``)."""
 

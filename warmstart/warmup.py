@@ -72,7 +72,7 @@ class WarmupLoopConfig(LoopConfig):
 class WarmupTask:
     """What the encoder reads. The default is the reader warm-up: block sentences read against their own block. With
     ``closed_book`` it reads the null document instead: closed-book MLM, the memorising model of the memorisation
-    question (``bench/memorisation.py``), on the blocks' sentences or on a ``sentences`` file."""
+    question (``experiments/demo/memorisation.py``), on the blocks' sentences or on a ``sentences`` file."""
 
     closed_book: bool = False
     sentences: str = ""

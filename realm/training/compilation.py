@@ -1,7 +1,7 @@
 """``train.compile``: a training job's transformers backbones compiled by ``torch.compile`` (inductor), opt-in.
 
 Only the backbones (each ``BertModel`` inside a ``RealmModel``, a reader, an embedder) are compiled, as
-``bench/step.py --compile`` measured them: the REALM step around them (top-k, gathers, the index search, the
+``benchmarks/step.py --compile`` measured them: the REALM step around them (top-k, gathers, the index search, the
 marginal loss over a variable number of masked tokens) would break the graph or recompile, while a backbone is one
 graph whose many small ops (LayerNorm, GELU, softmax, casts) inductor fuses. ``Module.compile`` compiles in place,
 so parameter names, ``state_dict`` keys, checkpoints and saved weights stay those of the eager model (no

@@ -59,7 +59,7 @@ class OptimConfig:
     eps: float = 1e-6
     implementation: str = "fused"
     """AdamW kernel: ``fused`` (one kernel over all parameters, CPU and CUDA; clip + AdamW 2.8x faster than
-    ``for_loop`` at the demo shape on CPU, ``bench/step.py``), ``foreach`` (batched per-op kernels) or ``for_loop``
+    ``for_loop`` at the demo shape on CPU, ``benchmarks/step.py``), ``foreach`` (batched per-op kernels) or ``for_loop``
     (one parameter at a time). The same update up to float rounding."""
 
     def __post_init__(self) -> None:

@@ -15,7 +15,7 @@ from realm.core.config import read_yaml
 from realm.core.errors import ConfigError
 from realm.core.resources import data_dir
 from tests.helpers import ROOT
-from tests.unit.test_architecture import BENCH, package_folders, setup_options
+from tests.unit.test_architecture import BENCHMARKS, EXPERIMENTS, package_folders, setup_options
 
 DISTRIBUTION = "realm-pretrain"
 TAKEN = ("trainer", "finetune", "pipeline", "warmstart", "knnlm", "index_builder", "realm_cli")
@@ -33,14 +33,16 @@ def test_every_package_folder_is_in_the_wheel():
     """A folder with an ``__init__.py`` under a mapped folder but missing from ``packages`` would install without its
     code: each one must be listed, under its mapped name."""
     listed = set(setup_options()["packages"].split())
-    folders = {name: folder for name, folder in package_folders().items() if name != BENCH}
+    wings = {BENCHMARKS, EXPERIMENTS}  # note: scripts run from the checkout, not installed
+    folders = {name: folder for name, folder in package_folders().items() if name not in wings}
     expected = {".".join((name, *init.parent.relative_to(folder).parts))
                 for name, folder in folders.items() for init in folder.rglob("__init__.py")}
     data = {name for name, folder in folders.items() if not (folder / "__init__.py").is_file()}
     assert data == {"realm.configs", "realm.launch"}  # data only: no code would be importable from them
     assert not [path for name in data for path in folders[name].rglob("*.py")]
     assert listed == expected | data
-    code_folders = {p for p in ROOT.iterdir() if p.is_dir() and (p / "__init__.py").is_file() and p.name != "tests"}
+    code_folders = {p for p in ROOT.iterdir()
+                    if p.is_dir() and (p / "__init__.py").is_file() and p.name not in {"tests", *wings}}
     assert code_folders <= set(folders.values()), "a top-level package folder that setup.cfg does not map"
 
 

@@ -59,7 +59,7 @@ def test_stop_after_data_writes_vocabulary_blocks_and_cloze_sets_and_needs_no_qu
 
 def test_the_warm_start_and_x_are_given_the_held_out_articles_and_sentences(tiny_world, tmp_path, monkeypatch):
     _real_format_files(tiny_world, tmp_path)
-    sentences = tmp_path / "heldout_sentences.txt"  # e.g. bench/reachable_cloze.py's reachable items
+    sentences = tmp_path / "heldout_sentences.txt"  # e.g. experiments/real_text/reachable_cloze.py's reachable items
     sentences.write_text("A sentence no stage may train on.\n")
     given, pretrain = {}, []
 

@@ -1,4 +1,5 @@
-"""Every YAML in configs/ builds its dataclass tree; unknown keys and wrong types are errors that name the key."""
+"""Every YAML in configs/ and in a study's configs/ (experiments/STUDY/configs/) builds its dataclass tree; unknown
+keys and wrong types are errors that name the key."""
 
 
 import pytest
@@ -24,8 +25,12 @@ SCHEMAS = {
 }
 
 
+STUDY_CONFIGS = sorted((ROOT / "experiments").glob("*/configs/**/*.yaml"))
+"""A study's configs, in folders named as configs/'s (``experiments/squad_open/configs/ict/tiny.yaml``)."""
+
+
 def _all_configs():
-    return sorted(p for p in CONFIGS.rglob("*.yaml") if p.parent.name in SCHEMAS)
+    return sorted(p for p in [*CONFIGS.rglob("*.yaml"), *STUDY_CONFIGS] if p.parent.name in SCHEMAS)
 
 
 def test_every_config_folder_has_a_schema():

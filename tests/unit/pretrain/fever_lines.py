@@ -1,5 +1,5 @@
 """A hand-made corpus and FEVER lines whose cloze items and skips are known by construction (shared by the FEVER
-cloze tests of the library and the bench): see the comment on each line."""
+cloze tests of the library and the FEVER study): see the comment on each line."""
 
 from __future__ import annotations
 
