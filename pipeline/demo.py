@@ -79,7 +79,7 @@ class DemoConfig:
     """Whether the reader warm-up and ICT read the held-out entities' articles too (their corpus sentences, never
     their X sentences or questions), as REALM's own pre-training reads all of Wikipedia; false excludes them
     (``world/heldout_articles.txt``), as ``realm real-text`` always does. Measured on the CI-sized demo, seed 0
-    (docs/evidence.md, "What the held-out figure rests on"): excluding them takes held-out accuracy from 0.545 to
+    (experiments/demo/log/2026-11-25-evidence.md, "What the held-out figure rests on"): excluding them takes held-out accuracy from 0.545 to
     0.067 and recall@4 after ICT from 0.988 to 0.776; the warm-up's reading is what carries it (0.473 with only the
     warm-up reading them, 0.188 with only ICT). So the from-scratch reader does not copy from articles it never read,
     and the default keeps the recipe the demo's figures were measured with."""

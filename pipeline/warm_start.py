@@ -8,7 +8,7 @@ goes through it when it lacks an MLM head (its transform is new), and can skip i
 On real text a from-scratch encoder does not learn to copy in the reader warm-up (its salient wordpieces are rare), so
 the real-text pipeline first runs a copy curriculum (``copy_curriculum``): ``realm warmup`` on copy-only corpora
 (``realm.data.copy_corpus``) over a word list that grows, each stage from the previous stage's encoder, the reader
-warm-up then starting from the last (``docs/real_text.md``).
+warm-up then starting from the last (``experiments/real_text/RESULTS.md``).
 """
 
 from __future__ import annotations

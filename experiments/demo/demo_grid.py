@@ -2,7 +2,7 @@
 
 What a user's machine changes is the rounding: another thread count reduces in another order, another precision
 rounds every product differently. So the figure a user sees is a draw from the distribution this grid measures
-(docs/robustness.md holds the protocols that use it). Each run is ``realm demo --seed S --precision P
+(experiments/demo/log/2026-11-28-robustness.md holds the protocols that use it). Each run is ``realm demo --seed S --precision P
 --num_threads T`` as its own process, its world, vocabulary, warm-up and ICT made from scratch; a run whose
 ``summary.json`` exists is read, not re-run, so an interrupted grid continues where it stopped.
 

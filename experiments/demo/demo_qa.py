@@ -1,6 +1,6 @@
 """The demo's QA stage again, from a finished ``realm demo`` run, with some of its settings changed.
 
-A QA-only row of a screen (docs/robustness.md, screen 3): the run's own QA config (``RUN/qa/config.yaml``, what
+A QA-only row of a screen (experiments/demo/log/2026-11-28-robustness.md, screen 3): the run's own QA config (``RUN/qa/config.yaml``, what
 ``realm demo`` fine-tuned with) is loaded, the dotted overrides given here are applied after it, the run directory is
 moved to ``--out``, and ``pipeline.stages.finetune_and_evaluate`` (the demo's QA stage) runs it. The pre-trained run
 is only read. Prints and, with ``--json``, writes the QA figures, with the run's own QA figures beside them.

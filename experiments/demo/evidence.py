@@ -24,7 +24,7 @@ encoder trained on Z until it reproduces Z's facts, then asked their paraphrases
 A ``start`` line gives the same figures for the shared starting model (warmed-up reader, ICT retriever, ICT index)
 before any pre-training step. ``--ict-steps`` shortens ICT: on the demo world 40 steps already give gold recall@4
 0.64-0.77, but a retriever that young moves further in pre-training, which is when a never-refreshed index costs
-(docs/evidence.md, "Index freshness"); at a retriever rate as high as the encoder's, give it its own warm-up too (``--set
+(experiments/demo/log/2026-11-25-evidence.md, "Index freshness"); at a retriever rate as high as the encoder's, give it its own warm-up too (``--set
 optim.retriever_warmup_steps=200``), or it can lose its candidates when the rate peaks.
 
 Each row reports held-out whole-span accuracy with retrieval, closed book (null document only), gold-article

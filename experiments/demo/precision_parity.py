@@ -1,6 +1,6 @@
 """Learning parity of bf16 against fp32: the demo under both precisions on the same seeds.
 
-The protocol (rows, seeds, endpoints, decision rule) is in docs/precision.md and was fixed before the runs. Each run is
+The protocol (rows, seeds, endpoints, decision rule) is in experiments/demo/log/2026-11-28-precision.md and was fixed before the runs. Each run is
 ``realm demo`` as its own process (``--precision P --seed S``), one at a time; ``--scale ci`` (the default) adds the
 flags of ``tests/integration/cli/test_demo_learns.py``, ``--scale demo`` runs the demo at its defaults, as the README's
 command does. A run whose ``summary.json`` exists is read, not re-run, so an interrupted bench continues where it
@@ -23,7 +23,7 @@ from benchmarks.harness import REPO, emit, run_realm  # isort:skip  (first: no h
 from tests.integration.cli.test_demo_learns import COMMAND
 
 ENDPOINTS = ("heldout_accuracy_retrieval", "gold_recall_at_k_end", "qa_exact_match_end")
-"""The decision's endpoints (docs/precision.md); ``wall_seconds`` is reported beside them."""
+"""The decision's endpoints (experiments/demo/log/2026-11-28-precision.md); ``wall_seconds`` is reported beside them."""
 PRECISIONS = ("fp32", "bf16")
 SCALES = {"ci": COMMAND, "demo": []}
 """The flags each scale adds to ``realm demo``: the CI-sized world of the test, or the demo's own defaults."""

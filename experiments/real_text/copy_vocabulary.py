@@ -1,6 +1,6 @@
 """When does a from-scratch encoder learn to copy? The reader warm-up's task with nothing to learn but copying: blocks
 of one "sentence" of 4-6 random words, the query being that same sentence with random wordpieces masked, over a word
-list of N frequent single-wordpiece words of a corpus (``docs/real_text.md``).
+list of N frequent single-wordpiece words of a corpus (``experiments/real_text/RESULTS.md``).
 
     python -m experiments.real_text.copy_vocabulary --tokenizer RUN/tokenizer --blocks RUN/blocks [--words 200 3000] [--steps 500]
                                     [--chain]

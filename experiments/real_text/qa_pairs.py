@@ -7,7 +7,7 @@ questions whose gold span is in its read blocks) per question word, pooled over 
     python -m experiments.real_text.qa_pairs --a runs/roq/minilm/seed{0,1}/qa_ict/eval/nq_3610 \\
                              --b runs/roq/minilm/seed{0,1}/qa_realm/eval/nq_3610 --labels ict realm [--json F]
 
-No assertions: figures for docs/real_text.md.
+No assertions: figures for experiments/real_text/RESULTS.md.
 """
 
 from __future__ import annotations

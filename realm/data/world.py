@@ -6,7 +6,7 @@ facts of the training entities again in *different* wordings, one fact per short
 offsets so that salient-span masking can hide it. The facts of held-out entities never appear in X: a model can only
 predict them (``heldout.jsonl``) or answer questions about them (``questions.jsonl``) by retrieving their article,
 which is what a REALM retriever must learn. ``heldout_articles.txt`` lists those articles, for a warm start that
-skips them (``realm demo --clean-warm-start``; by default the demo's warm start reads every article, docs/evidence.md). Everything is drawn from ``random.Random(seed)``, so one seed always gives byte-identical
+skips them (``realm demo --clean-warm-start``; by default the demo's warm start reads every article, experiments/demo/log/2026-11-25-evidence.md). Everything is drawn from ``random.Random(seed)``, so one seed always gives byte-identical
 files.
 
 Names are built from syllables and never equal a word of the templates nor one of the rule tagger's stop words, so

@@ -48,7 +48,7 @@ class OptimConfig:
     holds the retriever's steps small until the reader reads the documents, when its gradients start to carry signal.
     Measured from a young (40-step ICT) retriever at ``retriever_lr_scale`` 1.0, 3 starts x 3 index schedules: with
     the encoder's 50 steps, 2 of the 9 runs lost their candidates at the rate's peak (held-out accuracy 0.015, 0.167);
-    with 200, none did, and all 9 ended better (+0.228 on average; docs/evidence.md, "Index freshness")."""
+    with 200, none did, and all 9 ended better (+0.228 on average; experiments/demo/log/2026-11-25-evidence.md, "Index freshness")."""
     retriever_delay_steps: int = 0
     """Steps for which the embedders' rate is 0 before their warm-up begins (the encoder trains from step 0). Even a
     small warming-up rate moves the query tower while the reader cannot read yet, and those early steps can pull

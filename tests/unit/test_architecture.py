@@ -156,7 +156,8 @@ def test_no_module_is_over_the_size_limit():
     assert not over, f"modules over {MAX_MODULE_LINES} lines (split them by concept): {over}"
 
 
-README_MAX_LINES = 300
+README_MAX_LINES = 200
+README_MAX_RESULT_LINES = 15
 
 
 def _readme_tree() -> str:
@@ -167,10 +168,22 @@ def _readme_tree() -> str:
 
 
 def test_the_readme_is_a_map_whose_tree_names_every_top_level_folder_of_code():
-    assert len((ROOT / "README.md").read_text().splitlines()) <= README_MAX_LINES, "experiment logs belong in docs/"
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= README_MAX_LINES, "the README is the front page: results live in experiments/"
+    results = text.split("## Results", 1)[1].split("\n## ", 1)[0].strip()
+    assert len(results.splitlines()) <= README_MAX_RESULT_LINES, "the README's results link to the studies' pages"
     named = {line.split()[0].rstrip("/") for line in _readme_tree().splitlines() if line and not line[0].isspace()}
     folders = {p.name for p in ROOT.iterdir()
                if p.is_dir() and not p.name.startswith(".") and p.name != "tests" and any(p.glob("*.py"))}
     assert folders <= named, f"folders of code missing from the README's tree: {sorted(folders - named)}"
-    for doc in ("usage", "recipe", "qa", "knnlm", "evidence", "real_text", "performance"):
-        assert f"docs/{doc}.md" in (ROOT / "README.md").read_text() and (ROOT / "docs" / f"{doc}.md").is_file(), doc
+    for doc in ("docs/usage.md", "docs/recipe.md", "docs/qa.md", "docs/knnlm.md", "docs/performance.md",
+                "benchmarks/README.md", "experiments/README.md"):
+        assert doc in text and (ROOT / doc).is_file(), doc
+
+
+def test_every_study_has_a_results_page_listed_in_the_experiments_table():
+    table = (ROOT / EXPERIMENTS / "README.md").read_text()
+    studies = sorted(p.name for p in (ROOT / EXPERIMENTS).iterdir() if (p / "__init__.py").is_file())
+    missing = [s for s in studies
+               if not (ROOT / EXPERIMENTS / s / "RESULTS.md").is_file() or f"({s}/RESULTS.md)" not in table]
+    assert not missing, f"studies without a RESULTS.md linked from experiments/README.md: {missing}"

@@ -1,8 +1,8 @@
 """The demo recipe must *learn*, checked at a CI size: every stage of ``realm demo`` (reader warm-up, ICT,
 pre-training with the child builder and reproducible swaps, QA) on a 300-entity world, so that a recipe regression
-turns CI red instead of only the figures in docs/evidence.md.
+turns CI red instead of only the figures in experiments/demo/log/2026-11-25-evidence.md.
 
-What is asserted is what the demo claims, with margins measured on this exact command (docs/evidence.md, "Reproducible runs";
+What is asserted is what the demo claims, with margins measured on this exact command (experiments/demo/log/2026-11-25-evidence.md, "Reproducible runs";
 the run is deterministic, so the margins cover only other CPUs' rounding): held-out facts are read from the
 retrieved article far above closed book and above the starting model; the learning curve is logged; and QA,
 fine-tuned on questions about training entities, answers questions about *held-out* entities it never trained on.
@@ -45,10 +45,10 @@ THREADS = (2, 1)
 """Each thread count reduces in another order, so the two runs round differently from the first step on and end
 elsewhere (issue 56: a recipe that learns on one rounding only must turn CI red). Measured at seed 0, fp32: 2 threads
 held-out 0.545, recall@4 0.988 -> 0.964, QA 0.612; 1 thread 0.539, 0.933 -> 0.994, 0.655 (seeds 0-4 at 1 thread:
-held-out 0.467-0.564, docs/robustness.md, "The CI-sized demo at 1 thread")."""
+held-out 0.467-0.564, experiments/demo/log/2026-11-28-robustness.md, "The CI-sized demo at 1 thread")."""
 KNOWN_RECALL_DROP = {
     2: "at 2 threads recall@4 ends four sentences below its start (0.988 -> 0.964), one more than RECALL_SLACK "
-    "allows: the retriever drifts down on this rounding (docs/robustness.md, issue 56)"
+    "allows: the retriever drifts down on this rounding (experiments/demo/log/2026-11-28-robustness.md, issue 56)"
 }
 """Thread counts whose run is known to miss the relative recall condition only; every other bar is still asserted
 for them, and the miss is reported as an expected failure rather than hidden (it passes once the recipe is fixed)."""
