@@ -7,7 +7,7 @@ pre-trained run with retrieval and closed book.
         [--max-span-articles 10] [--run RUN] [--json F]
 
 Writes ``fever_supports.jsonl`` (one item per claim: the endpoint) and ``fever_supports_spans.jsonl`` (every
-qualifying span); ``realm.pretrain.fever_cloze`` says which spans qualify. ``--corpus``/``--blocks`` as in
+qualifying span); ``experiments.fever.cloze_items`` says which spans qualify. ``--corpus``/``--blocks`` as in
 ``experiments/real_text/reachable_cloze.py``; ``experiments/real_text/realm_stage.py`` reads the items file as any other endpoint
 (``--cloze fever=OUT/fever_supports.jsonl``, left out of ``--primary``: a secondary endpoint).
 """
@@ -24,7 +24,7 @@ from experiments.real_text.reachable_cloze import add_corpus_arguments, corpus_b
 
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.tagging import TaggingConfig, build_tagger  # noqa: E402
-from realm.pretrain.fever_cloze import SPAN_SKIPS, FeverClozeConfig, write_fever_cloze  # noqa: E402
+from experiments.fever.cloze_items import SPAN_SKIPS, FeverClozeConfig, write_fever_cloze  # noqa: E402
 from realm.pretrain.title_links import corpus_articles  # noqa: E402
 
 FEVER = REPO.parent / "shared" / "data" / "real" / "fever" / "paper_dev.jsonl"

@@ -2,9 +2,9 @@
 closed book, against the REALM model that retrieves them.
 
 The 686 SUPPORTS/REFUTES claims of FEVER's paper_dev split whose every evidence page is among the Wikipedia Vital
-lead sections (``realm.data.fever``) are asked of a finished real-text pre-training run (``realm real-text``, its
+lead sections (``experiments.fever.claims``) are asked of a finished real-text pre-training run (``realm real-text``, its
 ``pretrain`` stage, e.g. ``runs/real_text``): its corpus, vocabulary, retriever and final encoder. Each claim is
-verified by fill-in (``realm.pretrain.claim_verification``): SUPPORTS when the model reproduces every salient span of
+verified by fill-in (``experiments.fever.verification``): SUPPORTS when the model reproduces every salient span of
 the claim, masked one at a time, else REFUTES; no verification training, nothing tuned.
 
 - ``memoriser@N``: the run's reader warm-up encoder (REALM pre-training's own start) trained closed book (``realm
@@ -39,11 +39,11 @@ from experiments.demo.memorisation import checkpoint_encoder, memorise, memorise
 
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.cloze_sets import every_span_sentences  # noqa: E402
-from realm.data.fever import SUPPORTS, claim_records, read_fever_claims  # noqa: E402
+from experiments.fever.claims import SUPPORTS, claim_records, read_fever_claims  # noqa: E402
 from realm.data.tagging import build_tagger  # noqa: E402
 from realm.index.mips import BruteForceIndex  # noqa: E402
 from realm.models.encoder import KnowledgeAugmentedEncoder  # noqa: E402
-from realm.pretrain.claim_verification import supported, verification_accuracy  # noqa: E402
+from experiments.fever.verification import supported, verification_accuracy  # noqa: E402
 from realm.pretrain.data import prepared_sentences  # noqa: E402
 from realm.pretrain.heldout_eval import (  # noqa: E402
     bm25_retrieval,

@@ -10,11 +10,11 @@ from experiments.fever import fever_cloze as fever
 from experiments.real_text import reachable_cloze as reach
 from realm.data.sentences import split_sentences
 from realm.data.tagging import RuleTagger
-from realm.pretrain.fever_cloze import FeverClozeConfig, write_fever_cloze
+from experiments.fever.cloze_items import FeverClozeConfig, write_fever_cloze
 from realm.pretrain.saved_run import load_run
 from realm.pretrain.title_links import corpus_articles
 from tests.unit.cli.test_cli import tiny_run  # noqa: F401 - the fixture: a run with a checkpoint and a live index
-from tests.unit.pretrain.fever_lines import BLOCKS, LINES
+from tests.unit.experiments.fever.fever_lines import BLOCKS, LINES
 
 
 def _write(path, lines):

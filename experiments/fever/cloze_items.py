@@ -2,7 +2,7 @@
 its salient spans masked, read zero-shot by a pre-trained REALM model with retrieval and closed book
 (``realm.pretrain.heldout_eval``), no verification or QA fine-tuning.
 
-The claims are those of ``realm.data.fever.read_fever_claims`` labelled SUPPORTS: every evidence page is an article of
+The claims are those of ``experiments.fever.claims.read_fever_claims`` labelled SUPPORTS: every evidence page is an article of
 the corpus (matched by title). REFUTES claims are never items (the span they state is false, so filling it in is not
 the right answer) and NOT ENOUGH INFO claims have no evidence page. A claim's salient spans are tagged and cut as
 pre-training masks them (``claim_records``); a span qualifies when
@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from experiments.fever.claims import SUPPORTS, FeverClaim, claim_records, read_fever_claims
 from realm.core.atomic import write_text_atomic
-from realm.data.fever import SUPPORTS, FeverClaim, claim_records, read_fever_claims
 from realm.data.tagging import SpanTagger
 from realm.pretrain.retrieval_table import contains_answer, fold_for_matching
 from realm.pretrain.title_links import Article, CorpusText, TitleLinker

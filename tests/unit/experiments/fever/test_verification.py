@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from realm.pretrain.claim_verification import supported, verification_accuracy
+from experiments.fever.verification import supported, verification_accuracy
 
 
 def test_a_claim_is_supported_only_when_every_span_is_reproduced():

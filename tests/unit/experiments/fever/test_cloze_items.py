@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 
-from realm.data.fever import FeverClaim, read_fever_claims
+from experiments.fever.claims import FeverClaim, read_fever_claims
 from realm.data.tagging import RuleTagger
-from realm.pretrain.fever_cloze import FeverClozeConfig, fever_cloze_items, write_fever_cloze
+from experiments.fever.cloze_items import FeverClozeConfig, fever_cloze_items, write_fever_cloze
 from realm.pretrain.title_links import corpus_articles
-from tests.unit.pretrain.fever_lines import BLOCKS, LINES
+from tests.unit.experiments.fever.fever_lines import BLOCKS, LINES
 
 EXPECTED = [  # (claim id, masked span, gold article, gold titles, names_page)
     (1, "Princeton", "Albert Einstein", ["Albert Einstein"], True),
