@@ -35,7 +35,7 @@ from pathlib import Path
 from benchmarks.harness import REPO, BenchError, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from experiments.demo.memorisation import checkpoint_encoder, memorise, memoriser_config, table_lines, verdict  # noqa: E402
+from experiments.common.memoriser import checkpoint_encoder, memorise, memoriser_config, table_lines, verdict  # noqa: E402
 
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.cloze_sets import every_span_sentences  # noqa: E402

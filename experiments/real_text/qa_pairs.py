@@ -21,7 +21,7 @@ from pathlib import Path
 
 from benchmarks.harness import BenchError, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
-from experiments.demo.evidence_runs import disagreements, mcnemar_p  # noqa: E402
+from experiments.common.stats import disagreements, mcnemar_p  # noqa: E402
 
 from realm.finetune.evaluate_qa import PREDICTIONS_FILE  # noqa: E402
 

@@ -60,7 +60,7 @@ from experiments.real_text.real_open_qa_report import (  # noqa: E402; fmt: skip
     paired,
     replica_spread,
 )
-from experiments.real_text.retrieval_accuracy import (  # noqa: E402; fmt: skip
+from experiments.common.retrieval_accuracy import (  # noqa: E402; fmt: skip
     KS,
     accuracy_row,
     answerable,

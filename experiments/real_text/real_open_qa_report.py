@@ -14,8 +14,8 @@ from collections import defaultdict
 
 from benchmarks.harness import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
-from experiments.demo.evidence_runs import disagreements, mcnemar_p, mean_and_error, permutation_p  # noqa: E402
-from experiments.real_text.retrieval_accuracy import KS  # noqa: E402
+from experiments.common.stats import disagreements, mcnemar_p, mean_and_error, permutation_p  # noqa: E402
+from experiments.common.retrieval_accuracy import KS  # noqa: E402
 
 SHARED = REPO.parent / "shared" / "data" / "real"
 EVAL_SETS = {

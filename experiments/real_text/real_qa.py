@@ -46,7 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.harness import REPO, BenchError, StageClock, minilm_path, run_realm, write_json  # isort:skip  (first: no hub)
-from experiments.real_text.retrieval_accuracy import answerable
+from experiments.common.retrieval_accuracy import answerable
 
 from realm.data.blocks import build_blocks_from_config, load_blocks
 from realm.data.corpus import CorpusConfig

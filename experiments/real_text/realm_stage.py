@@ -42,7 +42,7 @@ from pathlib import Path
 from benchmarks.harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
 import torch  # noqa: E402
-from experiments.real_text.reachable_cloze import evaluate_loaded  # noqa: E402
+from experiments.common.cloze_eval import evaluate_loaded  # noqa: E402
 from experiments.real_text.realm_stage_analysis import STAGE_FILE, AnalysisError, analyse, eval_file, format_analysis  # noqa: E402
 
 from realm.core.atomic import write_text_atomic  # noqa: E402

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from experiments.demo.evidence_runs import disagreements, mcnemar_p
+from experiments.common.stats import disagreements, mcnemar_p
 
 TREATMENT = "realm"
 CONTROLS = ("warm", "closed_book", "frozen")

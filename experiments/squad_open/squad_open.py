@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from benchmarks.harness import REPO, BenchError, StageClock, write_json  # isort:skip  (first: no hub, no W&B, repo importable)
-from experiments.real_text.retrieval_accuracy import KS
+from experiments.common.retrieval_accuracy import KS
 from experiments.squad_open.squad_data import prepare_data
 from experiments.squad_open.squad_stages import Bench, stage_bm25, stage_finetune, stage_minilm, stage_tiny
 

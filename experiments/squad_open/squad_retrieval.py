@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from benchmarks.harness import BenchError
-from experiments.real_text.retrieval_accuracy import KS, dense_rankings, embed_questions, hit_rows
+from experiments.common.retrieval_accuracy import KS, dense_rankings, embed_questions, hit_rows
 from experiments.squad_open.squad_data import Squad
 from transformers import PreTrainedTokenizerBase
 

@@ -16,7 +16,7 @@ from typing import Sequence
 import numpy as np
 import torch
 from benchmarks.harness import REPO, StageClock, minilm_path, run_realm
-from experiments.real_text.retrieval_accuracy import KS
+from experiments.common.retrieval_accuracy import KS
 from experiments.squad_open.squad_data import Encoded, Squad, make_blocks, write_qa_split
 from experiments.squad_open.squad_retrieval import dense_embeddings, rank_paragraphs, realm_retriever, retrieval_row, squad_bm25_rankings
 

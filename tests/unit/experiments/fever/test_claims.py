@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from realm.core.errors import DataFileError
 from experiments.fever.claims import REFUTES, SUPPORTS, FeverClaim, claim_records, page_title, read_fever_claims
+from realm.core.errors import DataFileError
 from realm.data.tagging import RuleTagger
 
 TITLES = {"Soul Food (film)", "Telemundo", "Hispanic and Latino Americans", "Damon Albarn"}

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 
 from experiments.fever.claims import FeverClaim, read_fever_claims
-from realm.data.tagging import RuleTagger
 from experiments.fever.cloze_items import FeverClozeConfig, fever_cloze_items, write_fever_cloze
+from realm.data.tagging import RuleTagger
 from realm.pretrain.title_links import corpus_articles
 from tests.unit.experiments.fever.fever_lines import BLOCKS, LINES
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import re
 
+from experiments.common import cloze_eval
 from experiments.fever import fever_cloze as fever
-from experiments.real_text import reachable_cloze as reach
+from experiments.fever.cloze_items import FeverClozeConfig, write_fever_cloze
 from realm.data.sentences import split_sentences
 from realm.data.tagging import RuleTagger
-from experiments.fever.cloze_items import FeverClozeConfig, write_fever_cloze
 from realm.pretrain.saved_run import load_run
 from realm.pretrain.title_links import corpus_articles
 from tests.unit.cli.test_cli import tiny_run  # noqa: F401 - the fixture: a run with a checkpoint and a live index
@@ -54,6 +54,6 @@ def test_the_stage_evaluation_reads_the_items_one_outcome_each(tiny_run, tmp_pat
     made = write_fever_cloze(_write(tmp_path / "dev.jsonl", lines), corpus_articles(blocks), tmp_path / "out",
                              RuleTagger(), FeverClozeConfig())  # fmt: skip
     assert made.counts["items"] == 3
-    result = reach.evaluate_cloze(tiny_run, {"fever": made.items})["sets"]["fever"]
+    result = cloze_eval.evaluate_cloze(tiny_run, {"fever": made.items})["sets"]["fever"]
     assert result["items"] == 3 and len(result["span_correct"]) == 3
     assert 0 <= result["gold_recall_at_1"] <= result["gold_recall_at_k"] <= 1

@@ -1,4 +1,4 @@
-"""``experiments/real_text/retrieval_accuracy.py``: which questions a corpus can answer, and DPR's top-k accuracy over them."""
+"""``experiments/common/retrieval_accuracy.py``: which questions a corpus can answer, and DPR's top-k accuracy over them."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from experiments.real_text import retrieval_accuracy
+from experiments.common import retrieval_accuracy
 from realm.qa.datasets import QAExample
 
 
