@@ -36,11 +36,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from experiments.common.title_links import Article, CorpusText, TitleLinker
 from experiments.fever.claims import SUPPORTS, FeverClaim, claim_records, read_fever_claims
 from realm.core.atomic import write_text_atomic
 from realm.data.tagging import SpanTagger
 from realm.pretrain.retrieval_table import contains_answer, fold_for_matching
-from realm.pretrain.title_links import Article, CorpusText, TitleLinker
 
 logger = logging.getLogger(__name__)
 

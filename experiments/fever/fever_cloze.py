@@ -25,7 +25,7 @@ from experiments.common.cloze_eval import add_corpus_arguments, corpus_blocks, e
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.tagging import TaggingConfig, build_tagger  # noqa: E402
 from experiments.fever.cloze_items import SPAN_SKIPS, FeverClozeConfig, write_fever_cloze  # noqa: E402
-from realm.pretrain.title_links import corpus_articles  # noqa: E402
+from experiments.common.title_links import corpus_articles  # noqa: E402
 
 FEVER = REPO.parent / "shared" / "data" / "real" / "fever" / "paper_dev.jsonl"
 

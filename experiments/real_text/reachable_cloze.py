@@ -5,7 +5,7 @@ the sentence names, found on a corpus, counted, and with ``--run`` evaluated zer
         --out runs/reachable [--sentences RUN/cloze/pretrain.jsonl] [--tagger spacy] [--run RUN] [--json F]
     python -m experiments.real_text.reachable_cloze --blocks RUN/blocks --out runs/reachable ...
 
-Writes ``reachable_strict.jsonl``, ``reachable_loose.jsonl`` (``realm.pretrain.reachable_cloze``: what strict and
+Writes ``reachable_strict.jsonl``, ``reachable_loose.jsonl`` (``experiments.real_text.reachable_items``: what strict and
 loose mean), ``heldout_sentences.txt`` (what no training stage may read) and, given X (``--sentences``), X without
 them as ``pretrain.jsonl``. ``--corpus`` cuts the Vital leads (json_object, ``extract``) into blocks with
 ``--tokenizer`` (default all-MiniLM-L6-v2's) at ``--max-block-length`` (128, the real-text pre-training configs'),
@@ -25,7 +25,7 @@ from benchmarks.harness import write_json  # noqa: E402 isort:skip  (first: no h
 from experiments.common.cloze_eval import add_corpus_arguments, corpus_blocks, evaluate_cloze, print_evaluation  # noqa: E402
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.tagging import TaggingConfig, build_tagger  # noqa: E402
-from realm.pretrain.reachable_cloze import ReachableClozeConfig, write_reachable_cloze  # noqa: E402
+from experiments.real_text.reachable_items import ReachableClozeConfig, write_reachable_cloze  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

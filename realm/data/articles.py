@@ -70,10 +70,9 @@ class TrainingBlocksInput(BlocksInput):
     was read here; their blocks stay in the corpus. ``realm real-text`` passes its ``cloze/heldout_articles.txt``,
     ``realm demo --clean-warm-start`` its ``world/heldout_articles.txt``. Empty: every block is trained on."""
     heldout_sentences: str = ""
-    """A file of sentences held out one by one (one text a line: the reachable held-out cloze's
-    ``heldout_sentences.txt``, ``realm.pretrain.reachable_cloze``): never a warm-up example, an ICT query or part of an
-    ICT pseudo-document, though their blocks stay in the corpus (pre-training's ``data.heldout_sentences`` is the
-    same list for X)."""
+    """A file of sentences held out one by one (one text a line: e.g. the real-text study's reachable held-out cloze
+    writes ``heldout_sentences.txt``): never a warm-up example, an ICT query or part of an ICT pseudo-document,
+    though their blocks stay in the corpus (pre-training's ``data.heldout_sentences`` is the same list for X)."""
 
     def excluded_sentences(self) -> frozenset[str]:
         """The stripped texts of ``heldout_sentences`` (empty without a file)."""

@@ -45,8 +45,8 @@ class DataConfig:
     tag_stage: TagStageConfig = field(default_factory=TagStageConfig)
     """Worker processes and shard size of the tagging stage that prepares ``sentences`` (``realm tag``)."""
     heldout_sentences: str = ""
-    """Optional file of sentences held out one by one (one text a line, as ``realm.pretrain.reachable_cloze`` writes
-    ``heldout_sentences.txt``): X skips them, counted and logged, so a sentence-level held-out set is never trained on
+    """Optional file of sentences held out one by one (one text a line, as the real-text study's reachable cloze
+    writes ``heldout_sentences.txt``): X skips them, counted and logged, so a sentence-level held-out set is never trained on
     (the reachable held-out cloze)."""
     cache_dir: str = ""
     """Where prepared (tokenised + tagged) sentences are cached; default ``RUN/data``."""
@@ -84,8 +84,8 @@ def prepared_sentences(
     (``realm.data.tag_stage``: shards keyed by the file's stamp and the settings; ``stage`` says how many worker
     processes build a missing cache).
 
-    ``exclude`` names a file of sentences held out one by one (one text a line, ``HELDOUT_SENTENCES_FILE``, as
-    ``realm.pretrain.reachable_cloze`` writes it): they are skipped, and the skip counted and logged
+    ``exclude`` names a file of sentences held out one by one (one text a line, ``HELDOUT_SENTENCES_FILE``, as the
+    real-text study's reachable cloze writes it): they are skipped, and the skip counted and logged
     (``realm.data.sentences.without_sentences``); the file's stamp is part of the cache key."""
     job = sentence_tag_job(path, tokenizer, tagger_cfg, max_query_length, cache_dir, exclude)
     stage = stage or TagStageConfig()

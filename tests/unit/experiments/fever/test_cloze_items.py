@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
+from experiments.common.title_links import corpus_articles
 from experiments.fever.claims import FeverClaim, read_fever_claims
 from experiments.fever.cloze_items import FeverClozeConfig, fever_cloze_items, write_fever_cloze
 from realm.data.tagging import RuleTagger
-from realm.pretrain.title_links import corpus_articles
 from tests.unit.experiments.fever.fever_lines import BLOCKS, LINES
 
 EXPECTED = [  # (claim id, masked span, gold article, gold titles, names_page)

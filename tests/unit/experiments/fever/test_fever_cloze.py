@@ -7,12 +7,12 @@ import json
 import re
 
 from experiments.common import cloze_eval
+from experiments.common.title_links import corpus_articles
 from experiments.fever import fever_cloze as fever
 from experiments.fever.cloze_items import FeverClozeConfig, write_fever_cloze
 from realm.data.sentences import split_sentences
 from realm.data.tagging import RuleTagger
 from realm.pretrain.saved_run import load_run
-from realm.pretrain.title_links import corpus_articles
 from tests.unit.cli.test_cli import tiny_run  # noqa: F401 - the fixture: a run with a checkpoint and a live index
 from tests.unit.experiments.fever.fever_lines import BLOCKS, LINES
 

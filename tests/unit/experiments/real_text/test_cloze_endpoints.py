@@ -3,11 +3,11 @@ file with a run's model: one outcome per item in file order, gold recall only wh
 
 from __future__ import annotations
 
+from experiments.common.title_links import corpus_articles
 from experiments.real_text import question_cloze as questions
 from experiments.real_text import reachable_cloze as reach
-from realm.pretrain.question_cloze import write_question_cloze
+from experiments.real_text.question_items import write_question_cloze
 from realm.pretrain.saved_run import load_run
-from realm.pretrain.title_links import corpus_articles
 from realm.qa.datasets import QAExample
 from tests.unit.cli.test_cli import tiny_run  # noqa: F401 - the fixture: a run with a checkpoint and a live index
 

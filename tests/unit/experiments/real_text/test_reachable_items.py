@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from realm.pretrain.reachable_cloze import ReachableClozeConfig, find_reachable_items, write_reachable_cloze
-from realm.pretrain.title_links import TitleLinker, corpus_articles
-from tests.unit.pretrain.cloze_corpus import BLOCKS, ITEMS, FakeTagger
+from experiments.common.title_links import TitleLinker, corpus_articles
+from experiments.real_text.reachable_items import ReachableClozeConfig, find_reachable_items, write_reachable_cloze
+from tests.unit.experiments.real_text.cloze_corpus import BLOCKS, ITEMS, FakeTagger
 
 
 def test_title_linker_exact_and_loose_rules():

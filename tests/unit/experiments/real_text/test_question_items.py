@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from realm.pretrain.question_cloze import cloze_text, question_cloze_items, write_question_cloze
-from realm.pretrain.title_links import corpus_articles
+from experiments.common.title_links import corpus_articles
+from experiments.real_text.question_items import cloze_text, question_cloze_items, write_question_cloze
 from realm.qa.datasets import QAExample
-from tests.unit.pretrain.cloze_corpus import BLOCKS
+from tests.unit.experiments.real_text.cloze_corpus import BLOCKS
 
 
 def _q(question: str, *answers: str) -> QAExample:

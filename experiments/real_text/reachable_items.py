@@ -2,7 +2,7 @@
 
 Held-out articles chosen at random (``realm.data.cloze_sets``) have their masked fact in a block the reader reads for
 a few percent of sentences, so retrieval cannot show what it adds. Here a sentence s of article A is an item when it
-names the title of another article B (``realm.pretrain.title_links``) and one of its salient spans m, neither the
+names the title of another article B (``experiments.common.title_links``) and one of its salient spans m, neither the
 title nor overlapping its mention nor recurring elsewhere in s (it would be copied from the query), occurs in B's
 block text on word boundaries (``contains_answer``'s normalisation). The evaluation never retrieves A, so the fact
 is reachable only through B (or the encoder's memory, which the closed-book figure measures):
@@ -32,6 +32,7 @@ from typing import Iterator
 
 import datasets
 
+from experiments.common.title_links import Article, CorpusText, TitleLinker, corpus_articles, names_title
 from realm.core.atomic import write_text_atomic
 from realm.data.articles import article_key, write_article_list
 from realm.data.cloze_sets import MIN_WORDS
@@ -40,7 +41,6 @@ from realm.data.sentences import split_sentences
 from realm.data.tagging import Span, SpanTagger
 from realm.pretrain.data import HELDOUT_SENTENCES_FILE
 from realm.pretrain.retrieval_table import contains_answer
-from realm.pretrain.title_links import Article, CorpusText, TitleLinker, corpus_articles, names_title
 
 logger = logging.getLogger(__name__)
 

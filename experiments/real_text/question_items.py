@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, Sequence
 
+from experiments.common.title_links import Article, CorpusText, TitleLinker, names_title
 from realm.core.atomic import write_text_atomic
-from realm.pretrain.title_links import Article, CorpusText, TitleLinker, names_title
 
 LINKED, STRING = "linked", "string"
 
