@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import REPO, write_json  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO, write_json  # isort:skip  (first: no hub, no W&B)
 import datasets
 import numpy as np
 import torch

@@ -2,13 +2,13 @@
 H100/H200, written to one JSON that the table is made from.
 
 Each part (``benchmarks/gpu_check_parts.py``: the GPU-touching tests, the trainer step at BERT-base and demo shapes, the
-builder at BERT-base, exact ``TorchIndex`` search at 13.35M x 128 fp16, the GPU demo, the real-text GPU config) runs
-as its own process group with its own time limit, its output in ``OUT/NAME.log``; one that fails or overruns is
-recorded as ``failed`` or ``timeout`` (its process group killed) and the next one runs; no part is given more than
-the budget has left. The JSON (``--json``, default ``OUT/gpu_check.json``)
-is rewritten after every part, so a check stopped from outside keeps what it had: the machine (GPU, torch, CUDA,
-library versions, the bf16 ``torch.mm`` peak), then per part its status (ok, failed, timeout, skipped), seconds,
-limit, command, reason and figures (and the end of its log when it did not succeed). Run from the repository root (``benchmarks/gpu_check.sh`` sets up the GPU machine first)::
+builder at BERT-base, exact ``TorchIndex`` search at 13.35M x 128 fp16, the GPU demo, the real-text GPU config) runs as
+its own process group with its own time limit, its output in ``OUT/NAME.log``; one that fails or overruns is recorded as
+``failed`` or ``timeout`` (its process group killed) and the next one runs; no part is given more than the budget has
+left. The JSON (``--json``, default ``OUT/gpu_check.json``) is rewritten after every part, so a check stopped from
+outside keeps what it had: the machine (GPU, torch, CUDA, library versions, the bf16 ``torch.mm`` peak), then per part
+its status (ok, failed, timeout, skipped), seconds, limit, command, reason and figures (and the end of its log when it
+did not succeed). Run from the repository root (``benchmarks/gpu_check.sh`` sets up the GPU machine first)::
 
     python -m benchmarks.gpu_check [--out runs/gpu_check] [--parts search demo] [--budget 480]
     python -m benchmarks.gpu_check --dry-run          # CPU, every shape shrunk, the same code paths (~1.5 min here)
@@ -31,7 +31,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import REPO  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO  # isort:skip  (first: no hub, no W&B)
 from benchmarks.gpu_check_parts import PARTS, Context, Part
 from benchmarks.gpu_check_table import markdown
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU check (issue 58): benchmarks/gpu_check.py's parts on one H100/H200 in at most 8 minutes, one JSON out.
 #
-#     bash benchmarks/gpu_check.sh --prepare          # here, once: wheels and real-text data into .gpu_check/ (git-ignored)
+#     bash benchmarks/gpu_check.sh --prepare          # here, once: wheels and real-text data into .gpu_check/
 #     bash benchmarks/gpu_check.sh [gpu_check.py flags]   # on the GPU machine, from the repository root
 #     bash benchmarks/gpu_check.sh --dry-run          # anywhere: CPU, every shape shrunk
 #

@@ -1,5 +1,5 @@
-"""One pipeline (``realm demo`` or ``realm real-text``) for ``benchmarks/gpu_check.py``: its summary, how long the trainer
-waited for the index, and the live builder's throughput against a bare forward of the same document tower.
+"""One pipeline (``realm demo`` or ``realm real-text``) for ``benchmarks/gpu_check.py``: its summary, how long the
+trainer waited for the index, and the live builder's throughput against a bare forward of the same document tower.
 
 Runs ``realm KIND ARGS`` (everything after ``--``) into ``--out`` as a user would, then reads:
 
@@ -26,7 +26,7 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.harness import BenchError, run_realm, write_json  # isort:skip  (first: no hub, W&B network; repo importable)
+from benchmarks.harness import BenchError, run_realm, write_json  # isort:skip  (first: no hub, no W&B)
 import torch
 from benchmarks.builder import embed_vs_bare
 

@@ -19,7 +19,7 @@ import argparse
 import statistics
 import time
 
-from benchmarks.harness import emit  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import emit  # isort:skip  (first: no hub, no W&B)
 import numpy as np
 import torch
 from benchmarks.flops import device_time

@@ -3,14 +3,13 @@
 The peer is the Hugging Face port of REALM as transformers 4.57.6 ships it (the last release with the REALM classes,
 under ``transformers.models.deprecated.realm``): ``RealmScorer`` (a query ``RealmEmbedder`` and a candidate
 ``RealmEmbedder``, two towers as ours) gives the relevance scores, ``RealmKnowledgeAugEncoder`` the marginal MLM loss
-over the candidates; then backward, clipping and AdamW, as our step does. The project needs transformers 5, so the
-peer runs in a side virtual environment that this script creates (``--venv``; ``--system-site-packages``, so it
-uses this environment's torch and the same device) and in a worker process of its own. Both steps see the same
-tensors: our step (``benchmarks/timed_steps.py``'s ``RealmStep``, the trainer's step on random queries over a random corpus)
-retrieves and packs a batch, and the worker is handed that batch's query, candidate and reader tensors, so the shapes
-(batch, candidates, lengths, model size) are the same by construction. Steps alternate (ours i, then the peer's i;
-never at the same time), so load that drifts during the run slows both alike; each ratio is the median of the
-per-step ratios.
+over the candidates; then backward, clipping and AdamW, as our step does. The project needs transformers 5, so the peer
+runs in a side virtual environment that this script creates (``--venv``; ``--system-site-packages``, so it uses this
+environment's torch and the same device) and in a worker process of its own. Both steps see the same tensors: our step
+(``benchmarks/timed_steps.py``'s ``RealmStep``, the trainer's step on random queries over a random corpus) retrieves and
+packs a batch, and the worker is handed that batch's query, candidate and reader tensors, so the shapes (batch,
+candidates, lengths, model size) are the same by construction. Steps alternate (ours i, then the peer's i; never at the
+same time), so load that drifts during the run slows both alike; each ratio is the median of the per-step ratios.
 
 Rows: ours, whole step (no_grad query embedding, search, packing, forward+backward, clip+AdamW); ours, the model part
 (forward+backward, clip+AdamW); the peer's step (scorer + encoder forward+backward, clip+AdamW; it has no search of
@@ -18,12 +17,12 @@ its own, so the comparable row is the model part). What differs by design, not b
 REALM's null document (slot 0; the peer is handed it as one more candidate), and our MLM head runs at the masked
 positions only, while the peer's runs at every position of every reader sequence (``[B*K, L, vocab]`` logits).
 
-Run from the repository root: ``python -m benchmarks.hf_realm_peer`` (the demo shape; about 2 minutes on 2 CPU cores, the
-first run adds the side environment's install), with ``benchmarks/step.py``'s shape flags for other shapes, e.g.
-BERT-base: ``--hidden 768 --layers 12 --heads 12 --intermediate 3072 --vocab 30522 --batch 8 --block-len 288
---body-len 256`` (the peer's [B*K, L, vocab] logits take more than 16 GB of memory there at ``--batch 8``; the
-2-core machine ran ``--batch 2 --steps 3 --warmup 1``). On a GPU machine with no network, first ``python
-benchmarks/hf_realm_peer.py --download-wheels wheels/`` here (the peer's wheels), carry ``wheels/`` there and run
+Run from the repository root: ``python -m benchmarks.hf_realm_peer`` (the demo shape; about 2 minutes on 2 CPU cores,
+the first run adds the side environment's install), with ``benchmarks/step.py``'s shape flags for other shapes, e.g.
+BERT-base: ``--hidden 768 --layers 12 --heads 12 --intermediate 3072 --vocab 30522 --batch 8 --block-len 288 --body-len
+256`` (the peer's [B*K, L, vocab] logits take more than 16 GB of memory there at ``--batch 8``; the 2-core machine ran
+``--batch 2 --steps 3 --warmup 1``). On a GPU machine with no network, first ``python benchmarks/hf_realm_peer.py
+--download-wheels wheels/`` here (the peer's wheels), carry ``wheels/`` there and run
 ``python -m benchmarks.hf_realm_peer --wheels wheels/ --bf16 [BERT-base flags]`` (the GPU command of the issue).
 """
 

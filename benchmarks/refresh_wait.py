@@ -31,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 from realm.core.config import load_config  # noqa: E402
 from realm.core.logging import read_metrics  # noqa: E402
 from realm.pipeline.synthetic import make_world_data  # noqa: E402

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import REPO, minilm_path, write_json  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO, minilm_path, write_json  # isort:skip  (first: no hub, no W&B)
 from benchmarks.rehearsal_fit import assumptions, growth_exponent, markdown, project  # noqa: E402
 from benchmarks.rehearsal_measure import StageFailed, measure, offline_env  # noqa: E402
 from benchmarks.rehearsal_stages import FACTORIES, STAGE_NAMES, STAGES, Context, index_run  # noqa: E402

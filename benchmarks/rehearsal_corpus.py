@@ -1,5 +1,5 @@
-"""A generated DPR-format corpus for the scale rehearsal (``benchmarks/rehearsal.py``): ``id<TAB>text<TAB>title`` rows as in
-``psgs_w100.tsv``, written row by row (never held whole in memory) and the same bytes for the same arguments.
+"""A generated DPR-format corpus for the scale rehearsal (``benchmarks/rehearsal.py``): ``id<TAB>text<TAB>title`` rows
+as in ``psgs_w100.tsv``, written row by row (never held whole in memory) and the same bytes for the same arguments.
 
 Generated, not the Vital text repeated: a repeated text would make every block's wordpieces, sentences and salient
 spans recur ``N / 10k`` times, which flatters what the tagger, the cloze sets and FAISS's clustering see. Each passage

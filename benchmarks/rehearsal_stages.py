@@ -7,12 +7,13 @@ Shapes: where a stage's cost is per token (reader warm-up, ICT) it runs a few st
 ``configs/pretrain/tiny.yaml``'s 2-layer hidden-32 model with REALM's 288-wordpiece blocks and 128-d index, so that N
 blocks can be embedded on 2 cores. Tagging is the rule tagger (``tagging.kind: rule``): spaCy is not installed here.
 
-Memory bounds (``Stage.bound_bytes``, checked against the tree's peak anonymous memory, ``benchmarks/rehearsal_measure.py``):
-a fixed allowance per Python process of the stage's tree, the model's weights (times the optimizer's copies where it
-trains), its activations where it trains, what a config caps (the tagger's shard of ``shard_size`` lines a worker,
-the warm-up's ``task.max_blocks`` sample, evaluation's ``eval.exact_chunk_blocks``), and, for the stages that hold an
-index, the index the budget arithmetic expects (``realm.index.budget.expected_index_bytes``). Nothing else in a bound
-grows with N: a stage whose peak does is holding per-block state the recipe did not budget for.
+Memory bounds (``Stage.bound_bytes``, checked against the tree's peak anonymous memory,
+``benchmarks/rehearsal_measure.py``): a fixed allowance per Python process of the stage's tree, the model's weights
+(times the optimizer's copies where it trains), its activations where it trains, what a config caps (the tagger's shard
+of ``shard_size`` lines a worker, the warm-up's ``task.max_blocks`` sample, evaluation's ``eval.exact_chunk_blocks``),
+and, for the stages that hold an index, the index the budget arithmetic expects
+(``realm.index.budget.expected_index_bytes``). Nothing else in a bound grows with N: a stage whose peak does is holding
+per-block state the recipe did not budget for.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ import argparse
 import statistics
 import time
 
-from benchmarks.harness import write_json  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import write_json  # isort:skip  (first: no hub, no W&B)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 import argparse
 import statistics
 
-from benchmarks.harness import emit  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import emit  # isort:skip  (first: no hub, no W&B)
 import torch
 from benchmarks.flops import matmul_peak, realm_flops
 from benchmarks.timed_steps import (

@@ -28,7 +28,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from benchmarks.harness import emit  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import emit  # isort:skip  (first: no hub, no W&B)
 import datasets
 import numpy as np
 import torch

@@ -1,7 +1,7 @@
-"""The steps ``benchmarks/step.py`` times, on random data of its shape flags (the demo shape by default): the REALM step as
-``trainer/pretrain_loop.py`` runs it, with and without ``train.prefetch_candidates``, a plain ``BertForMaskedLM``
-step over the same padded tensors, and the QA fine-tuning step as ``finetune/train.py`` runs it. ``benchmarks/hf_realm_peer.py`` times the same REALM step against the Hugging Face
-classes."""
+"""The steps ``benchmarks/step.py`` times, on random data of its shape flags (the demo shape by default): the REALM step
+as ``trainer/pretrain_loop.py`` runs it, with and without ``train.prefetch_candidates``, a plain ``BertForMaskedLM``
+step over the same padded tensors, and the QA fine-tuning step as ``finetune/train.py`` runs it.
+``benchmarks/hf_realm_peer.py`` times the same REALM step against the Hugging Face classes."""
 
 from __future__ import annotations
 

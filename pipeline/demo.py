@@ -1,11 +1,11 @@
 """The demo's pipeline on the synthetic world embedded in the code, on CPU, with no downloads.
 
-world -> WordPiece vocabulary -> blocks -> reader warm-up of the from-scratch encoder (``realm warmup``: what BERT's
-own pre-training gives REALM) -> ICT warm start of the retriever -> pre-training (trainer + live index builder as a
-child process) -> held-out evaluation with retrieval and closed book -> open-domain QA fine-tuning on questions about
-training entities, evaluated on questions about held-out ones. Writes ``OUT/summary.json``. ``realm demo`` builds a
-``DemoConfig`` from its dotted keys and calls ``run_demo``; ``experiments/demo/evidence.py`` starts every row where the demo starts
-(``make_data`` and ``warm_start_demo``).
+world -> WordPiece vocabulary -> blocks -> reader warm-up of the from-scratch encoder (``realm warmup``: what BERT's own
+pre-training gives REALM) -> ICT warm start of the retriever -> pre-training (trainer + live index builder as a child
+process) -> held-out evaluation with retrieval and closed book -> open-domain QA fine-tuning on questions about training
+entities, evaluated on questions about held-out ones. Writes ``OUT/summary.json``. ``realm demo`` builds a
+``DemoConfig`` from its dotted keys and calls ``run_demo``; ``experiments/demo/evidence.py`` starts every row where the
+demo starts (``make_data`` and ``warm_start_demo``).
 """
 
 from __future__ import annotations
@@ -76,13 +76,13 @@ class DemoConfig:
     """``train.compile`` of every training stage (``realm.training.compilation``): warm-up, ICT, pre-training, QA;
     ``--train.compile=true`` on the command line does the same."""
     warm_start_reads_heldout: bool = True
-    """Whether the reader warm-up and ICT read the held-out entities' articles too (their corpus sentences, never
-    their X sentences or questions), as REALM's own pre-training reads all of Wikipedia; false excludes them
+    """Whether the reader warm-up and ICT read the held-out entities' articles too (their corpus sentences, never their
+    X sentences or questions), as REALM's own pre-training reads all of Wikipedia; false excludes them
     (``world/heldout_articles.txt``), as ``realm real-text`` always does. Measured on the CI-sized demo, seed 0
-    (experiments/demo/log/2026-11-25-evidence.md, "What the held-out figure rests on"): excluding them takes held-out accuracy from 0.545 to
-    0.067 and recall@4 after ICT from 0.988 to 0.776; the warm-up's reading is what carries it (0.473 with only the
-    warm-up reading them, 0.188 with only ICT). So the from-scratch reader does not copy from articles it never read,
-    and the default keeps the recipe the demo's figures were measured with."""
+    (experiments/demo/log/2026-11-25-evidence.md, "What the held-out figure rests on"): excluding them takes held-out
+    accuracy from 0.545 to 0.067 and recall@4 after ICT from 0.988 to 0.776; the warm-up's reading is what carries it
+    (0.473 with only the warm-up reading them, 0.188 with only ICT). So the from-scratch reader does not copy from
+    articles it never read, and the default keeps the recipe the demo's figures were measured with."""
 
     def __post_init__(self) -> None:
         check_precision(self.precision)

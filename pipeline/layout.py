@@ -1,5 +1,6 @@
-"""The layout of a pipeline's output folder ``OUT`` (``realm demo``, ``realm real-text``), as ``realm.run.layout`` is
-a run directory's: the one place that names each stage's folder, for the pipelines, the benchmarks, the experiments and the tests.
+"""The layout of a pipeline's output folder ``OUT`` (``realm demo``, ``realm real-text``), as ``realm.run.layout`` is a
+run directory's: the one place that names each stage's folder, for the pipelines, the benchmarks, the experiments and
+the tests.
 
 ```
 OUT/                            the REALM pre-training run (realm.run.layout) and the pipeline's summary.json

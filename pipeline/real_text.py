@@ -75,9 +75,9 @@ class RealTextConfig:
     max_heldout_sentences: int = 1000
     """A seeded sample of the held-out articles' sentences (0: all)."""
     heldout_sentences: str = ""
-    """A file of sentences, one a line (``experiments/real_text/reachable_cloze.py``'s ``heldout_sentences.txt``: the reachable cloze
-    items), that no stage trains on: not a warm-up example, an ICT query or pseudo-document, nor a sentence of X.
-    Their blocks stay in the corpus."""
+    """A file of sentences, one a line (``experiments/real_text/reachable_cloze.py``'s ``heldout_sentences.txt``: the
+    reachable cloze items), that no stage trains on: not a warm-up example, an ICT query or pseudo-document, nor a
+    sentence of X. Their blocks stay in the corpus."""
     vocab_size: int = 16000
     """WordPiece entries when the encoder starts from scratch (``init_from`` brings its own vocabulary)."""
     init_from: str | None = None

@@ -1,10 +1,10 @@
 """The demo over a grid of seeds, thread counts and precisions, each run fresh, checked against issue 56's bars.
 
-What a user's machine changes is the rounding: another thread count reduces in another order, another precision
-rounds every product differently. So the figure a user sees is a draw from the distribution this grid measures
-(experiments/demo/log/2026-11-28-robustness.md holds the protocols that use it). Each run is ``realm demo --seed S --precision P
---num_threads T`` as its own process, its world, vocabulary, warm-up and ICT made from scratch; a run whose
-``summary.json`` exists is read, not re-run, so an interrupted grid continues where it stopped.
+What a user's machine changes is the rounding: another thread count reduces in another order, another precision rounds
+every product differently. So the figure a user sees is a draw from the distribution this grid measures
+(experiments/demo/log/2026-11-28-robustness.md holds the protocols that use it). Each run is ``realm demo --seed S
+--precision P --num_threads T`` as its own process, its world, vocabulary, warm-up and ICT made from scratch; a run
+whose ``summary.json`` exists is read, not re-run, so an interrupted grid continues where it stopped.
 
 ``--jobs 2`` runs two 1-thread runs side by side on 2 cores (a run is deterministic at a fixed thread count, so only
 its wall changes); runs of more threads than ``cores // jobs`` still run one at a time.
@@ -24,7 +24,7 @@ import statistics
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from benchmarks.harness import REPO, emit, run_realm  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO, emit, run_realm  # isort:skip  (first: no hub, no W&B)
 
 from experiments.demo.precision_parity import SCALES
 

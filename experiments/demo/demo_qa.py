@@ -1,9 +1,10 @@
 """The demo's QA stage again, from a finished ``realm demo`` run, with some of its settings changed.
 
-A QA-only row of a screen (experiments/demo/log/2026-11-28-robustness.md, screen 3): the run's own QA config (``RUN/qa/config.yaml``, what
-``realm demo`` fine-tuned with) is loaded, the dotted overrides given here are applied after it, the run directory is
-moved to ``--out``, and ``pipeline.stages.finetune_and_evaluate`` (the demo's QA stage) runs it. The pre-trained run
-is only read. Prints and, with ``--json``, writes the QA figures, with the run's own QA figures beside them.
+A QA-only row of a screen (experiments/demo/log/2026-11-28-robustness.md, screen 3): the run's own QA config
+(``RUN/qa/config.yaml``, what ``realm demo`` fine-tuned with) is loaded, the dotted overrides given here are applied
+after it, the run directory is moved to ``--out``, and ``pipeline.stages.finetune_and_evaluate`` (the demo's QA stage)
+runs it. The pre-trained run is only read. Prints and, with ``--json``, writes the QA figures, with the run's own QA
+figures beside them.
 
 Run from the repository root:
 ``python -m experiments.demo.demo_qa --run runs/screen3/center-s100 --out runs/screen3/center-s100/qa_center
@@ -16,7 +17,7 @@ import argparse
 import json
 from pathlib import Path
 
-from benchmarks.harness import BenchError, emit  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import BenchError, emit  # isort:skip  (first: no hub, no W&B)
 
 from realm.core.config import load_config
 from realm.core.logging import init_logging

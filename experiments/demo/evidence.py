@@ -18,14 +18,14 @@ pre-training corpus X, stated only in their article in the knowledge corpus Z) a
 | ``bm25_reader`` | the ``realm`` row's model reading BM25's top-k instead of its own retriever's | a BM25 baseline |
 | ``majority`` | no model: each relation's most frequent answer in X | a prior-only baseline |
 
-Whether a model that memorised Z could do without retrieval is ``experiments/demo/memorisation.py``'s question (a closed-book
-encoder trained on Z until it reproduces Z's facts, then asked their paraphrases).
+Whether a model that memorised Z could do without retrieval is ``experiments/demo/memorisation.py``'s question (a
+closed-book encoder trained on Z until it reproduces Z's facts, then asked their paraphrases).
 
 A ``start`` line gives the same figures for the shared starting model (warmed-up reader, ICT retriever, ICT index)
 before any pre-training step. ``--ict-steps`` shortens ICT: on the demo world 40 steps already give gold recall@4
 0.64-0.77, but a retriever that young moves further in pre-training, which is when a never-refreshed index costs
-(experiments/demo/log/2026-11-25-evidence.md, "Index freshness"); at a retriever rate as high as the encoder's, give it its own warm-up too (``--set
-optim.retriever_warmup_steps=200``), or it can lose its candidates when the rate peaks.
+(experiments/demo/log/2026-11-25-evidence.md, "Index freshness"); at a retriever rate as high as the encoder's, give it
+its own warm-up too (``--set optim.retriever_warmup_steps=200``), or it can lose its candidates when the rate peaks.
 
 Each row reports held-out whole-span accuracy with retrieval, closed book (null document only), gold-article
 recall@k (exact search with the row's final document embedder) and wall seconds (pre-training + evaluation). The
@@ -51,7 +51,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 import torch  # noqa: E402
 
 from realm.core.config import load_config  # noqa: E402

@@ -1,4 +1,5 @@
-"""The baselines and hot swaps of ``experiments/demo/evidence.py`` for a finished ``realm demo`` run, from its final checkpoint.
+"""The baselines and hot swaps of ``experiments/demo/evidence.py`` for a finished ``realm demo`` run, from its final
+checkpoint.
 
     python -m experiments.demo.evidence_of_run runs/demo [--json out.json]
 
@@ -17,7 +18,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from benchmarks.harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 from experiments.demo import evidence  # noqa: E402
 
 from realm.core.logging import init_logging  # noqa: E402

@@ -1,11 +1,11 @@
 """Several runs of ``experiments/demo/evidence.py``, summarised: how far one run's table can be trusted.
 
-One run of the evidence table is one training trajectory per row, and at a high retriever learning rate the same
-row can land 0.2 apart in two runs (experiments/demo/log/2026-11-25-evidence.md, "Index freshness"). Given the ``--json`` tables of several
-runs (other seeds, same options), this prints each row's mean held-out span accuracy and gold recall with the
+One run of the evidence table is one training trajectory per row, and at a high retriever learning rate the same row can
+land 0.2 apart in two runs (experiments/demo/log/2026-11-25-evidence.md, "Index freshness"). Given the ``--json`` tables
+of several runs (other seeds, same options), this prints each row's mean held-out span accuracy and gold recall with the
 standard error over runs, and for each pair of rows the *paired* difference (both rows of a run share its world,
-vocabulary, warm-up and ICT start), with its standard error and in how many runs it was positive. Tables that have
-the starting model's figures (``start``) also give each row's gain over it (the standard errors:
+vocabulary, warm-up and ICT start), with its standard error and in how many runs it was positive. Tables that have the
+starting model's figures (``start``) also give each row's gain over it (the standard errors:
 ``experiments/common/stats.py``).
 
     for s in 0 1 2 3; do

@@ -27,9 +27,11 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 import torch  # noqa: E402
-from experiments.common.memoriser import checkpoint_encoder, memorise, memoriser_config, table_lines, verdict  # noqa: E402
+from experiments.common.memoriser import (  # noqa: E402
+    checkpoint_encoder, memorise, memoriser_config, table_lines, verdict,
+)
 from experiments.demo.evidence import ict_embeddings, prepare, pretrain_row  # noqa: E402
 
 from realm.core.config import load_config  # noqa: E402

@@ -1,10 +1,10 @@
 """Learning parity of bf16 against fp32: the demo under both precisions on the same seeds.
 
-The protocol (rows, seeds, endpoints, decision rule) is in experiments/demo/log/2026-11-28-precision.md and was fixed before the runs. Each run is
-``realm demo`` as its own process (``--precision P --seed S``), one at a time; ``--scale ci`` (the default) adds the
-flags of ``tests/integration/cli/test_demo_learns.py``, ``--scale demo`` runs the demo at its defaults, as the README's
-command does. A run whose ``summary.json`` exists is read, not re-run, so an interrupted bench continues where it
-stopped.
+The protocol (rows, seeds, endpoints, decision rule) is in experiments/demo/log/2026-11-28-precision.md and was fixed
+before the runs. Each run is ``realm demo`` as its own process (``--precision P --seed S``), one at a time; ``--scale
+ci`` (the default) adds the flags of ``tests/integration/cli/test_demo_learns.py``, ``--scale demo`` runs the demo at
+its defaults, as the README's command does. A run whose ``summary.json`` exists is read, not re-run, so an interrupted
+bench continues where it stopped.
 
 Run from the repository root, with nothing else on the cores:
 ``python -m experiments.demo.precision_parity --seeds 0 1 2 3 4 --json runs/parity.json`` (about 3 minutes a run on 2 cores);
@@ -18,7 +18,7 @@ import json
 import statistics
 from pathlib import Path
 
-from benchmarks.harness import REPO, emit, run_realm  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO, emit, run_realm  # isort:skip  (first: no hub, no W&B)
 
 from tests.integration.cli.test_demo_learns import COMMAND
 

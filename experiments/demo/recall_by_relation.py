@@ -19,7 +19,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from benchmarks.harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 

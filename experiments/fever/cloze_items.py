@@ -2,9 +2,9 @@
 its salient spans masked, read zero-shot by a pre-trained REALM model with retrieval and closed book
 (``realm.pretrain.heldout_eval``), no verification or QA fine-tuning.
 
-The claims are those of ``experiments.fever.claims.read_fever_claims`` labelled SUPPORTS: every evidence page is an article of
-the corpus (matched by title). REFUTES claims are never items (the span they state is false, so filling it in is not
-the right answer) and NOT ENOUGH INFO claims have no evidence page. A claim's salient spans are tagged and cut as
+The claims are those of ``experiments.fever.claims.read_fever_claims`` labelled SUPPORTS: every evidence page is an
+article of the corpus (matched by title). REFUTES claims are never items (the span they state is false, so filling it in
+is not the right answer) and NOT ENOUGH INFO claims have no evidence page. A claim's salient spans are tagged and cut as
 pre-training masks them (``claim_records``); a span qualifies when
 
 - it is not an evidence page's title nor part of it (on word boundaries, "Greek" of "Greek language"), nor the title

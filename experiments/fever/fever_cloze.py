@@ -6,10 +6,10 @@ pre-trained run with retrieval and closed book.
         --out runs/fever_cloze [--fever ../shared/data/real/fever/paper_dev.jsonl] [--tagger spacy|rule] [--seed 0] \\
         [--max-span-articles 10] [--run RUN] [--json F]
 
-Writes ``fever_supports.jsonl`` (one item per claim: the endpoint) and ``fever_supports_spans.jsonl`` (every
-qualifying span); ``experiments.fever.cloze_items`` says which spans qualify. ``--corpus``/``--blocks`` as in
-``experiments/common/cloze_eval.py``; ``experiments/real_text/realm_stage.py`` reads the items file as any other endpoint
-(``--cloze fever=OUT/fever_supports.jsonl``, left out of ``--primary``: a secondary endpoint).
+Writes ``fever_supports.jsonl`` (one item per claim: the endpoint) and ``fever_supports_spans.jsonl`` (every qualifying
+span); ``experiments.fever.cloze_items`` says which spans qualify. ``--corpus``/``--blocks`` as in
+``experiments/common/cloze_eval.py``; ``experiments/real_text/realm_stage.py`` reads the items file as any other
+endpoint (``--cloze fever=OUT/fever_supports.jsonl``, left out of ``--primary``: a secondary endpoint).
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from pathlib import Path
 
 from benchmarks.harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
-from experiments.common.cloze_eval import add_corpus_arguments, corpus_blocks, evaluate_cloze, print_evaluation  # noqa: E402
+from experiments.common.cloze_eval import (  # noqa: E402
+    add_corpus_arguments, corpus_blocks, evaluate_cloze, print_evaluation,
+)
 
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.tagging import TaggingConfig, build_tagger  # noqa: E402

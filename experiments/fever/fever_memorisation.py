@@ -1,11 +1,11 @@
 """The memorisation question on real pages: FEVER claims verified by a model that memorised their evidence pages,
 closed book, against the REALM model that retrieves them.
 
-The 686 SUPPORTS/REFUTES claims of FEVER's paper_dev split whose every evidence page is among the Wikipedia Vital
-lead sections (``experiments.fever.claims``) are asked of a finished real-text pre-training run (``realm real-text``, its
+The 686 SUPPORTS/REFUTES claims of FEVER's paper_dev split whose every evidence page is among the Wikipedia Vital lead
+sections (``experiments.fever.claims``) are asked of a finished real-text pre-training run (``realm real-text``, its
 ``pretrain`` stage, e.g. ``runs/real_text``): its corpus, vocabulary, retriever and final encoder. Each claim is
-verified by fill-in (``experiments.fever.verification``): SUPPORTS when the model reproduces every salient span of
-the claim, masked one at a time, else REFUTES; no verification training, nothing tuned.
+verified by fill-in (``experiments.fever.verification``): SUPPORTS when the model reproduces every salient span of the
+claim, masked one at a time, else REFUTES; no verification training, nothing tuned.
 
 - ``memoriser@N``: the run's reader warm-up encoder (REALM pre-training's own start) trained closed book (``realm
   warmup --task.closed_book=true``) on every salient span of every sentence of the evidence pages' blocks, in chunks,
@@ -35,7 +35,9 @@ from pathlib import Path
 from benchmarks.harness import REPO, BenchError, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network)
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from experiments.common.memoriser import checkpoint_encoder, memorise, memoriser_config, table_lines, verdict  # noqa: E402
+from experiments.common.memoriser import (  # noqa: E402
+    checkpoint_encoder, memorise, memoriser_config, table_lines, verdict,
+)
 
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.cloze_sets import every_span_sentences  # noqa: E402

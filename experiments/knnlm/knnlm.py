@@ -105,7 +105,7 @@ import time
 from functools import partial
 from pathlib import Path
 
-from benchmarks.harness import REPO, StageClock, write_json  # isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO, StageClock, write_json  # isort:skip  (first: no hub, no W&B)
 
 import faiss
 from experiments.knnlm.knnlm_data import write_splits

@@ -1,6 +1,6 @@
-"""``experiments/knnlm/knnlm.py``'s real text: SQuAD dev's paragraphs and the FlashRAG passages, split by article into T (the LM's
-training text), U (unseen in-domain), E (held-out evaluation) and V (validation: articles of their own, disjoint from
-E's, where tau and lambda are chosen), written as jsonl corpora."""
+"""``experiments/knnlm/knnlm.py``'s real text: SQuAD dev's paragraphs and the FlashRAG passages, split by article into T
+(the LM's training text), U (unseen in-domain), E (held-out evaluation) and V (validation: articles of their own,
+disjoint from E's, where tau and lambda are chosen), written as jsonl corpora."""
 
 from __future__ import annotations
 

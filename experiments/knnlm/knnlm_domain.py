@@ -1,6 +1,6 @@
-"""``experiments/knnlm/knnlm.py``'s row 11: domain adaptation (seed 002; Khandelwal et al. 2020, section 4.3: an LM trained on
-books with a Wikipedia datastore, 34.84 -> 20.47 perplexity on Wikipedia against 19.59 for an LM trained there, at
-lambda 0.65).
+"""``experiments/knnlm/knnlm.py``'s row 11: domain adaptation (seed 002; Khandelwal et al. 2020, section 4.3: an LM
+trained on books with a Wikipedia datastore, 34.84 -> 20.47 perplexity on Wikipedia against 19.59 for an LM trained
+there, at lambda 0.65).
 
 The LM of rows 1-8 trained on T, encyclopaedic prose; the other domain is open-domain questions, read with the
 library's loaders from ``../shared/data/real``:

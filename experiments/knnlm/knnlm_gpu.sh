@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # kNN-LM evaluation speed on a GPU through the user's own commands (`realm knnlm build` and `realm knnlm evaluate
-# --lm.device=cuda --knn.gpu_search=true`), at experiments/knnlm/knnlm.py's size, each setting's tokens/s beside the LM alone's.
+# --lm.device=cuda --knn.gpu_search=true`), at experiments/knnlm/knnlm.py's size, each setting's tokens/s beside the
+# LM alone's.
 #
 #     bash experiments/knnlm/knnlm_gpu.sh WORK [SCRATCH]
 #
-# WORK: the --work folder of a `python -m experiments.knnlm.knnlm` run (its lm/, TU.jsonl, E.jsonl, U.jsonl). SCRATCH (default a
-# new temporary folder): the datastores (T+U exact and IVF512,PQ8; with BIG=1 also those of a 12 x 768 GPT-2).
-# Queries: E (experiments/knnlm/knnlm.py's evaluation split) and U, 7x more tokens for a steadier figure (U is inside the
+# WORK: the --work folder of a `python -m experiments.knnlm.knnlm` run (its lm/, TU.jsonl, E.jsonl, U.jsonl).
+# SCRATCH (default a new temporary folder): the datastores (T+U exact and IVF512,PQ8; with BIG=1 also those of a
+# 12 x 768 GPT-2).
+# Queries: E (knnlm.py's evaluation split) and U, 7x more tokens for a steadier figure (U is inside the
 # datastore, so only its speed is read; QUERIES="E" for E alone). Each setting runs REPS times (default 2); the table
 # gives medians.
 # BIG=1 adds a randomly initialised GPT-2 of GPT-2-small's shape (12 x 768, the tiny LM's vocabulary): its speed

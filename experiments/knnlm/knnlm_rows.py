@@ -1,6 +1,6 @@
-"""``experiments/knnlm/knnlm.py``'s rows 1 to 7 on real text: the LM alone, datastores T and T+U, the sweeps and datastore sizes,
-IVF-PQ (seed 001's 2x2 of neighbours and scores, and ANN recall), key types, layers and metrics, and the learned
-W_ds (R rows per token, uniform or by frequency). Each row function adds its rows to a ``KnnBench``.
+"""``experiments/knnlm/knnlm.py``'s rows 1 to 7 on real text: the LM alone, datastores T and T+U, the sweeps and
+datastore sizes, IVF-PQ (seed 001's 2x2 of neighbours and scores, and ANN recall), key types, layers and metrics, and
+the learned W_ds (R rows per token, uniform or by frequency). Each row function adds its rows to a ``KnnBench``.
 
 Every ablation is reported at its own settings: k, tau and lambda chosen on V (``realm.knnlm.perplexity.choose``,
 articles disjoint from E's), E scored once with them (``report``), with the paired-bootstrap interval of its change

@@ -1,6 +1,6 @@
-"""``experiments/knnlm/knnlm.py``'s row 8: evaluation tokens/s with and without a datastore (the exact T+U and row 5's IVF-PQ
-searches, each the median of alternated passes beside the LM alone), and the datastore build's against a bare forward
-over T."""
+"""``experiments/knnlm/knnlm.py``'s row 8: evaluation tokens/s with and without a datastore (the exact T+U and row 5's
+IVF-PQ searches, each the median of alternated passes beside the LM alone), and the datastore build's against a bare
+forward over T."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``experiments/knnlm/knnlm.py``'s rows 9 and 10: the demo world's facts recalled through a datastore of its encyclopaedia Z
-against an LM's weights, and a real pretrained causal LM (SmolLM2-135M) with a datastore of U."""
+"""``experiments/knnlm/knnlm.py``'s rows 9 and 10: the demo world's facts recalled through a datastore of its
+encyclopaedia Z against an LM's weights, and a real pretrained causal LM (SmolLM2-135M) with a datastore of U."""
 
 from __future__ import annotations
 

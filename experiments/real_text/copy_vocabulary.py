@@ -20,7 +20,7 @@ import json
 import sys
 from pathlib import Path
 
-from benchmarks.harness import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import REPO  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
 from realm.core.logging import init_logging  # noqa: E402
 from realm.pipeline import layout  # noqa: E402

@@ -6,9 +6,9 @@ sentences whose span is there against those whose span is not.
 
 Rows: the run's final model reading its own dense top-k, and the same model reading BM25's top-k over wordpieces of the
 masked sentence (``bm25_retrieval``: the lexical baseline of the held-out column), each at every k of ``--ks`` (the
-model reads k blocks and the null document; default: the run's own k). A span counts as present when its
-text occurs in the block's ``title text`` on word boundaries (``contains_answer``), so a present span is one the reader
-could copy; the closed-book column is the null document alone. No assertions: figures for experiments/real_text/RESULTS.md.
+model reads k blocks and the null document; default: the run's own k). A span counts as present when its text occurs in
+the block's ``title text`` on word boundaries (``contains_answer``), so a present span is one the reader could copy; the
+closed-book column is the null document alone. No assertions: figures for experiments/real_text/RESULTS.md.
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ pre-trained run with retrieval and closed book.
 
 Question sets (``--sets NAME=TASK:PATH ...``; default the three below, from ../shared/data/real): ``nq`` NQ-open dev
 (3,610), ``trivia`` TriviaQA unfiltered dev as DPR splits it (``topics.dpr.trivia.test.txt``, 11,313), ``wq``
-WebQuestions test (2,032). ``experiments.real_text.question_items`` says what each subset means; a question's answer is masked
-with as many masks as it has wordpieces. ``--corpus``/``--blocks`` as in ``experiments/common/cloze_eval.py``.
+WebQuestions test (2,032). ``experiments.real_text.question_items`` says what each subset means; a question's answer is
+masked with as many masks as it has wordpieces. ``--corpus``/``--blocks`` as in ``experiments/common/cloze_eval.py``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from pathlib import Path
 
 from benchmarks.harness import REPO, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
-from experiments.common.cloze_eval import add_corpus_arguments, corpus_blocks, evaluate_cloze, print_evaluation  # noqa: E402
+from experiments.common.cloze_eval import (  # noqa: E402
+    add_corpus_arguments, corpus_blocks, evaluate_cloze, print_evaluation,
+)
 
 from realm.core.logging import init_logging  # noqa: E402
 from experiments.real_text.question_items import LINKED, STRING, write_question_cloze  # noqa: E402

@@ -22,7 +22,9 @@ from pathlib import Path
 
 from benchmarks.harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 
-from experiments.common.cloze_eval import add_corpus_arguments, corpus_blocks, evaluate_cloze, print_evaluation  # noqa: E402
+from experiments.common.cloze_eval import (  # noqa: E402
+    add_corpus_arguments, corpus_blocks, evaluate_cloze, print_evaluation,
+)
 from realm.core.logging import init_logging  # noqa: E402
 from realm.data.tagging import TaggingConfig, build_tagger  # noqa: E402
 from experiments.real_text.reachable_items import ReachableClozeConfig, write_reachable_cloze  # noqa: E402

@@ -20,21 +20,21 @@ candidates (``retrieval.candidates=bm25``: the same reader, budget and fine-tuni
 ``warm`` row from ICT's retriever with the reader warm-up's encoder (REALM's own start, so realm - warm is what the
 pre-training steps add; for ``scratch`` it is the ``ict`` start again). Closed-book QA has no row: the project's reader
 extracts spans from retrieved blocks, so with the null document alone its exact match is 0 by construction; the
-closed-book column of the held-out cloze is REALM's own closed-book comparison. ``experiments/demo/evidence_runs.py``-style paired
-differences (realm - ict and realm - warm, every set, top-20 and EM over answerable questions) with standard errors over
-seeds close the table, then per seed the answerable questions only one of the two QA rows gets right, with the exact
-McNemar p. Resumable: a finished stage is not rerun, a QA row is fine-tuned once, and its predictions on each set are
-read back (``qa_ROW/eval/SET_N/predictions.jsonl`` for N questions, as ``realm evaluate --name SET_N`` writes them), so
-another ``--questions`` only evaluates the sets it changes. ``--through start`` (or ``ict``) runs the pipeline only as
-far as that retriever needs (MiniLM as it is needs only the blocks in its vocabulary; the scratch start needs the warm
-start) and gives the rows up to it: the cheap first look at an init on a machine where its pre-training is too slow.
-Every QA row is fine-tuned on NQ (the pipeline's ``qa.train``); ``--train-sets wq=FILE ct=FILE`` also fine-tunes each
-row on those sets' own training questions (``qa_ROW_SETtrain``) and takes their EM from there, as the paper does.
-One fine-tuning of 150 steps is noisy: ``--finetune-seeds N`` fine-tunes every QA row N times from the same start over
-the same frozen index, only ``train.seed`` changed (``qa_ROW_ftR``, ``qa_ROW_SETtrain_ftR``), reports their mean EM,
-and prints how far a row's fine-tuning seeds lie apart (``real_open_qa_report.replica_spread``): the noise a
-difference between two rows must stand above. The table, its rows and the paired differences are
-``real_open_qa_report.py``'s.
+closed-book column of the held-out cloze is REALM's own closed-book comparison.
+``experiments/demo/evidence_runs.py``-style paired differences (realm - ict and realm - warm, every set, top-20 and EM
+over answerable questions) with standard errors over seeds close the table, then per seed the answerable questions only
+one of the two QA rows gets right, with the exact McNemar p. Resumable: a finished stage is not rerun, a QA row is
+fine-tuned once, and its predictions on each set are read back (``qa_ROW/eval/SET_N/predictions.jsonl`` for N questions,
+as ``realm evaluate --name SET_N`` writes them), so another ``--questions`` only evaluates the sets it changes.
+``--through start`` (or ``ict``) runs the pipeline only as far as that retriever needs (MiniLM as it is needs only the
+blocks in its vocabulary; the scratch start needs the warm start) and gives the rows up to it: the cheap first look at
+an init on a machine where its pre-training is too slow. Every QA row is fine-tuned on NQ (the pipeline's ``qa.train``);
+``--train-sets wq=FILE ct=FILE`` also fine-tunes each row on those sets' own training questions (``qa_ROW_SETtrain``)
+and takes their EM from there, as the paper does. One fine-tuning of 150 steps is noisy: ``--finetune-seeds N``
+fine-tunes every QA row N times from the same start over the same frozen index, only ``train.seed`` changed
+(``qa_ROW_ftR``, ``qa_ROW_SETtrain_ftR``), reports their mean EM, and prints how far a row's fine-tuning seeds lie apart
+(``real_open_qa_report.replica_spread``): the noise a difference between two rows must stand above. The table, its rows
+and the paired differences are ``real_open_qa_report.py``'s.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
+from benchmarks.harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first)
 
 import torch  # noqa: E402
 from experiments.real_text.qa_pairs import load_predictions  # noqa: E402

@@ -1,5 +1,5 @@
-"""The table ``experiments/real_text/real_open_qa.py`` prints: its columns (the evaluation sets), its rows (retrievers and QA rows),
-the paired differences between rows over seeds, and how far a QA row's fine-tuning seeds lie apart.
+"""The table ``experiments/real_text/real_open_qa.py`` prints: its columns (the evaluation sets), its rows (retrievers
+and QA rows), the paired differences between rows over seeds, and how far a QA row's fine-tuning seeds lie apart.
 
 A QA row's exact match on a set is the mean over its fine-tuning seeds (``--finetune-seeds``); ``replicas`` keeps
 each one's 0/1 per answerable question, so the paired test can pair fine-tuning seed r of one row with seed r of the

@@ -23,10 +23,10 @@ formats; it is not a quality benchmark. Real data, not run in CI; needs ``pip in
   upper bound of every retrieval column, and a loose one, since short answers (years, numbers) also match passages
   that do not answer the question.
 
-Caveats printed with the table: all-MiniLM-L6-v2 was trained on NQ (among other sets), so it is no fair start for
-NQ numbers; the EfficientQA questions were written against full Wikipedia, so few fine-tuning questions have an
-answer span in their read blocks (``train/answer_in_read_blocks`` in the run's ``metrics.jsonl``) and a short run
-barely trains the reader's span head, which starts random. With ``--max-questions N`` every set is cut to its first N questions (0: all).
+Caveats printed with the table: all-MiniLM-L6-v2 was trained on NQ (among other sets), so it is no fair start for NQ
+numbers; the EfficientQA questions were written against full Wikipedia, so few fine-tuning questions have an answer span
+in their read blocks (``train/answer_in_read_blocks`` in the run's ``metrics.jsonl``) and a short run barely trains the
+reader's span head, which starts random. With ``--max-questions N`` every set is cut to its first N questions (0: all).
 
 Cost on the development machine's 2 shared CPU cores, 1 thread: embedding the 1,001 blocks about 60 s, a
 fine-tuning step (8 questions, 5 read blocks each) about 14 s, evaluating about 0.8 s a question plus 11 s to start.
@@ -45,7 +45,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.harness import REPO, BenchError, StageClock, minilm_path, run_realm, write_json  # isort:skip  (first: no hub)
+from benchmarks.harness import REPO, BenchError, StageClock, minilm_path, run_realm, write_json  # isort:skip  (first)
 from experiments.common.retrieval_accuracy import answerable
 
 from realm.data.blocks import build_blocks_from_config, load_blocks

@@ -22,12 +22,12 @@ only: every row's step 0 is this model), ``realm``, ``closed_book`` (``train.los
 (``retriever.frozen=true``).
 
 Resumable, and the schedule does not depend on how often it was resumed: every row has ``train.max_steps = --steps``
-(the learning-rate schedule's length), checkpoints every gcd of the evaluation steps, and each invocation of the
-trainer stops at the next evaluation step (``train.stop_at_step``), whose checkpoint is then evaluated. A rerun skips
+(the learning-rate schedule's length), checkpoints every gcd of the evaluation steps, and each invocation of the trainer
+stops at the next evaluation step (``train.stop_at_step``), whose checkpoint is then evaluated. A rerun skips
 evaluations already written (``OUT/ROW/stage_eval/step-N.json``), evaluates a checkpoint waiting for it, and resumes
-training from the row's newest checkpoint. ``OUT/stage.json`` records the settings; a rerun with others is refused.
-The sentences of every ``heldout_sentences.txt`` beside a ``--cloze`` file (``experiments/real_text/reachable_cloze.py`` writes one)
-are left out of X (``data.heldout_sentences``); the start's warm-up and ICT must have skipped them too.
+training from the row's newest checkpoint. ``OUT/stage.json`` records the settings; a rerun with others is refused. The
+sentences of every ``heldout_sentences.txt`` beside a ``--cloze`` file (``experiments/real_text/reachable_cloze.py``
+writes one) are left out of X (``data.heldout_sentences``); the start's warm-up and ICT must have skipped them too.
 """
 
 from __future__ import annotations
@@ -39,11 +39,13 @@ import math
 import sys
 from pathlib import Path
 
-from benchmarks.harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
+from benchmarks.harness import REPO, BenchError, minilm_path, write_json  # noqa: E402 isort:skip  (first)
 
 import torch  # noqa: E402
 from experiments.common.cloze_eval import evaluate_loaded  # noqa: E402
-from experiments.real_text.realm_stage_analysis import STAGE_FILE, AnalysisError, analyse, eval_file, format_analysis  # noqa: E402
+from experiments.real_text.realm_stage_analysis import (  # noqa: E402
+    STAGE_FILE, AnalysisError, analyse, eval_file, format_analysis,
+)
 
 from realm.core.atomic import write_text_atomic  # noqa: E402
 from realm.core.config import load_config, parse_overrides, save_config  # noqa: E402

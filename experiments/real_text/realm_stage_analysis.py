@@ -1,6 +1,6 @@
-"""The analysis of ``experiments/real_text/realm_stage.py``'s rows (issue 55 items 3-4): accuracy per row, step and endpoint, and the
-pre-registered test, per-item exact McNemar of REALM at the last step against each control at the last step,
-Holm-corrected over the family ``HOLM_FAMILY`` names, per seed.
+"""The analysis of ``experiments/real_text/realm_stage.py``'s rows (issue 55 items 3-4): accuracy per row, step and
+endpoint, and the pre-registered test, per-item exact McNemar of REALM at the last step against each control at the last
+step, Holm-corrected over the family ``HOLM_FAMILY`` names, per seed.
 
 Reads ``OUT/ROW/stage_eval/step-NNNNNNNN.json`` (one per row and evaluated step; each holds every endpoint's
 per-item 0/1 outcomes) and ``OUT/stage.json`` (the stage's settings) of each ``OUT`` given, one per seed.
@@ -113,7 +113,7 @@ def analyse(outs: list[Path]) -> dict:
     for out in outs:
         stage_path = Path(out) / STAGE_FILE
         if not stage_path.is_file():
-            raise AnalysisError(f"{stage_path}: no such file (is {out} a experiments/real_text/realm_stage.py --out folder?)")
+            raise AnalysisError(f"{stage_path}: no such file (is {out} a realm_stage --out folder?)")
         stage = json.loads(stage_path.read_text(encoding="utf-8"))
         outcomes = load_outcomes(Path(out))
         # note: the primary endpoints are fixed before any run (stage.json); the others are reported, not tested

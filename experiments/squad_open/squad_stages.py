@@ -1,5 +1,5 @@
-"""``experiments/squad_open/squad_open.py``'s stages: BM25, each encoder's dense retriever as is / after ``realm ict`` / after ``realm
-train``, and ``realm finetune`` + ``realm evaluate``; each ``realm`` command runs as its own process
+"""``experiments/squad_open/squad_open.py``'s stages: BM25, each encoder's dense retriever as is / after ``realm ict`` /
+after ``realm train``, and ``realm finetune`` + ``realm evaluate``; each ``realm`` command runs as its own process
 (``harness.run_realm``), logging to ``WORK/logs/STAGE.log``."""
 
 from __future__ import annotations
@@ -18,7 +18,9 @@ import torch
 from benchmarks.harness import REPO, StageClock, minilm_path, run_realm
 from experiments.common.retrieval_accuracy import KS
 from experiments.squad_open.squad_data import Encoded, Squad, make_blocks, write_qa_split
-from experiments.squad_open.squad_retrieval import dense_embeddings, rank_paragraphs, realm_retriever, retrieval_row, squad_bm25_rankings
+from experiments.squad_open.squad_retrieval import (
+    dense_embeddings, rank_paragraphs, realm_retriever, retrieval_row, squad_bm25_rankings,
+)
 
 from realm.core.config import load_config
 from realm.data.blocks import load_blocks
@@ -60,8 +62,9 @@ class Bench:
 
 @dataclass(frozen=True)
 class Encoder:
-    """One encoder's ICT and REALM stages: ``experiments/squad_open/configs/{ict,pretrain}/NAME.yaml`` with ``overrides`` (its
-    shape, or the folder it starts from) and the step counts the command line gives (None: the configs')."""
+    """One encoder's ICT and REALM stages: ``experiments/squad_open/configs/{ict,pretrain}/NAME.yaml`` with
+    ``overrides`` (its shape, or the folder it starts from) and the step counts the command line gives (None: the
+    configs')."""
 
     name: str
     label: str

@@ -1,13 +1,13 @@
 """One precision setting for every job (``train.precision``, the builder's ``precision``): what it means on the
 device a process runs on, and what follows from it.
 
-``fp32`` computes in float32. ``bf16`` trains with fp32 master weights and optimizer state under bf16 autocast
-(losses upcast to fp32, ``realm.pretrain.loss``), and runs no-grad work (the builder's embedding) on bf16 weights.
-``auto`` is bf16 where the device computes it natively and bf16 has been shown not to cost learning: training on a
-CUDA GPU with bf16 (Ampere and later), and no-grad work (the builder's embedding) on a CPU whose cores have a bf16
-dot-product instruction (``amx_bf16`` or ``avx512_bf16`` in ``/proc/cpuinfo``). Training on such a CPU stays fp32
-under ``auto``: the learning-parity runs fixed before they ran (experiments/demo/log/2026-11-28-precision.md) did not show bf16 inside fp32's
-range, so bf16 training there is asked for explicitly (``bf16``: a 1.6-1.9x faster REALM step). fp32 elsewhere,
+``fp32`` computes in float32. ``bf16`` trains with fp32 master weights and optimizer state under bf16 autocast (losses
+upcast to fp32, ``realm.pretrain.loss``), and runs no-grad work (the builder's embedding) on bf16 weights. ``auto`` is
+bf16 where the device computes it natively and bf16 has been shown not to cost learning: training on a CUDA GPU with
+bf16 (Ampere and later), and no-grad work (the builder's embedding) on a CPU whose cores have a bf16 dot-product
+instruction (``amx_bf16`` or ``avx512_bf16`` in ``/proc/cpuinfo``). Training on such a CPU stays fp32 under ``auto``:
+the learning-parity runs fixed before they ran (experiments/demo/log/2026-11-28-precision.md) did not show bf16 inside
+fp32's range, so bf16 training there is asked for explicitly (``bf16``: a 1.6-1.9x faster REALM step). fp32 elsewhere,
 where bf16 would be emulated and slower. ``fp16`` is for GPUs without bf16 (autocast with loss scaling).
 
 A run records the precision it was asked for in its ``config.yaml``, and logs what it resolved to.
@@ -70,7 +70,8 @@ def resolve_precision(precision: str, device_type: str, *, training: bool = Fals
     has no loss scaling and no fast fp16 kernels."""
     check_precision(precision)
     if precision == "auto":
-        cpu_training = training and device_type != "cuda"  # note: not shown to learn as fp32 does (experiments/demo/log/2026-11-28-precision.md)
+        # note: not shown to learn as fp32 does (experiments/demo/log/2026-11-28-precision.md)
+        cpu_training = training and device_type != "cuda"
         return "bf16" if native_bf16(device_type) and not cpu_training else "fp32"
     if precision == "fp16" and device_type != "cuda":
         raise ConfigError("precision fp16 needs a CUDA GPU and this process runs on CPU; use bf16 or fp32")

@@ -1,10 +1,11 @@
 """Copy-only corpora: blocks of one "sentence" of random words, for teaching a from-scratch encoder to copy.
 
 On real text a from-scratch reader never learns to copy what it reads: most salient wordpieces are rare, and copying
-appears only once each token's embedding has been trained often enough (``experiments/real_text/RESULTS.md``). The copy curriculum
-(``realm.pipeline.warm_start``) first teaches copying on these corpora, over a word list that grows (the 200 most
-frequent single-wordpiece words of the corpus, then 3,000, then all): the query is a block's own sentence with random
-wordpieces masked, so copying is the only signal, and a small vocabulary makes it appear within a few hundred steps.
+appears only once each token's embedding has been trained often enough (``experiments/real_text/RESULTS.md``). The copy
+curriculum (``realm.pipeline.warm_start``) first teaches copying on these corpora, over a word list that grows (the 200
+most frequent single-wordpiece words of the corpus, then 3,000, then all): the query is a block's own sentence with
+random wordpieces masked, so copying is the only signal, and a small vocabulary makes it appear within a few hundred
+steps.
 """
 
 from __future__ import annotations

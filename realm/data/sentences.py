@@ -142,8 +142,8 @@ def _prepare_batch(
 def without_sentences(records: datasets.Dataset, excluded: Collection[str], what: str) -> datasets.Dataset:
     """``records`` (a ``text`` column) less the rows whose text, stripped, is one of ``excluded``: sentences held out
     one by one (e.g. the real-text study's reachable cloze items) that no training stage may read. The skip is counted
-    and logged for ``what``. Matching is by text, not by source block, so a copy of a held-out sentence elsewhere in the corpus is
-    skipped too (a copy trained on would leak the item as surely as the original)."""
+    and logged for ``what``. Matching is by text, not by source block, so a copy of a held-out sentence elsewhere in the
+    corpus is skipped too (a copy trained on would leak the item as surely as the original)."""
     if not excluded:
         return records
     listed = frozenset(text.strip() for text in excluded)

@@ -1,13 +1,14 @@
 """The embedded default world: a synthetic encyclopaedia whose facts can only be known by retrieval.
 
-Every entity (people, cities, organisations) has a fictional name and a few facts (dates, years, other entities'
-names). The knowledge corpus Z states each fact once, in an encyclopaedic article; the pre-training corpus X states the
-facts of the training entities again in *different* wordings, one fact per short sentence, with the fact's character
-offsets so that salient-span masking can hide it. The facts of held-out entities never appear in X: a model can only
-predict them (``heldout.jsonl``) or answer questions about them (``questions.jsonl``) by retrieving their article,
-which is what a REALM retriever must learn. ``heldout_articles.txt`` lists those articles, for a warm start that
-skips them (``realm demo --clean-warm-start``; by default the demo's warm start reads every article, experiments/demo/log/2026-11-25-evidence.md). Everything is drawn from ``random.Random(seed)``, so one seed always gives byte-identical
-files.
+Every entity (people, cities, organisations) has a fictional name and a few facts (dates, years, other entities' names).
+The knowledge corpus Z states each fact once, in an encyclopaedic article; the pre-training corpus X states the facts of
+the training entities again in *different* wordings, one fact per short sentence, with the fact's character offsets so
+that salient-span masking can hide it. The facts of held-out entities never appear in X: a model can only predict them
+(``heldout.jsonl``) or answer questions about them (``questions.jsonl``) by retrieving their article, which is what a
+REALM retriever must learn. ``heldout_articles.txt`` lists those articles, for a warm start that skips them (``realm
+demo --clean-warm-start``; by default the demo's warm start reads every article,
+experiments/demo/log/2026-11-25-evidence.md). Everything is drawn from ``random.Random(seed)``, so one seed always gives
+byte-identical files.
 
 Names are built from syllables and never equal a word of the templates nor one of the rule tagger's stop words, so
 ``realm.data.tagging.RuleTagger`` finds every fact value exactly (a unit test holds both modules to that). Changing that

@@ -45,8 +45,8 @@ class DataConfig:
     tag_stage: TagStageConfig = field(default_factory=TagStageConfig)
     """Worker processes and shard size of the tagging stage that prepares ``sentences`` (``realm tag``)."""
     heldout_sentences: str = ""
-    """Optional file of sentences held out one by one (one text a line, as the real-text study's reachable cloze
-    writes ``heldout_sentences.txt``): X skips them, counted and logged, so a sentence-level held-out set is never trained on
+    """Optional file of sentences held out one by one (one text a line, as the real-text study's reachable cloze writes
+    ``heldout_sentences.txt``): X skips them, counted and logged, so a sentence-level held-out set is never trained on
     (the reachable held-out cloze)."""
     cache_dir: str = ""
     """Where prepared (tokenised + tagged) sentences are cached; default ``RUN/data``."""

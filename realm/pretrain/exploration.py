@@ -1,10 +1,10 @@
 """Exploration beyond the top-k: some of a pre-training query's candidate slots sampled from further down the ranking.
 
 REALM marginalises over the top-k only, so a gold block ranked k+1 is never read and its score gets no gradient: a
-retriever whose start misses an article stays missing it (experiments/demo/log/2026-11-25-evidence.md, the demo's low seeds). Filling a few
-slots by sampling from the best ``explore_pool`` at a raised temperature gives such blocks a chance to be read. The
-sampled blocks are ordinary candidates: p(z|x) over the K slots is still the live model's, and a block that does not
-help the reader only costs its slot. Held-out evaluation and QA never explore.
+retriever whose start misses an article stays missing it (experiments/demo/log/2026-11-25-evidence.md, the demo's low
+seeds). Filling a few slots by sampling from the best ``explore_pool`` at a raised temperature gives such blocks a
+chance to be read. The sampled blocks are ordinary candidates: p(z|x) over the K slots is still the live model's, and a
+block that does not help the reader only costs its slot. Held-out evaluation and QA never explore.
 """
 
 from __future__ import annotations

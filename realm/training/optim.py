@@ -31,8 +31,8 @@ class OptimConfig:
     schedule: str = "linear"
     """After warm-up: ``linear`` decay to 0 at the last step (BERT, REALM), or ``wsd`` (warm-up, stable, decay): the
     rate is held, then decays linearly to 0 over the last ``decay_steps``. A from-scratch reader learns to copy only
-    after a phase change whose step is not known in advance (realm.pretrain.reader_warmup): a decay that starts at once can
-    starve it just before, and no decay at all leaves it unannealed."""
+    after a phase change whose step is not known in advance (realm.pretrain.reader_warmup): a decay that starts at once
+    can starve it just before, and no decay at all leaves it unannealed."""
     decay_steps: int = 0
     """``wsd`` only: the final steps over which the rate decays to 0 (0: held to the end)."""
     lr_base_width: int = 0
@@ -46,9 +46,10 @@ class OptimConfig:
     retriever_warmup_steps: int | None = None
     """Warm-up of the embedders' rate alone (None: ``warmup_steps``, as every group). Longer than the encoder's, it
     holds the retriever's steps small until the reader reads the documents, when its gradients start to carry signal.
-    Measured from a young (40-step ICT) retriever at ``retriever_lr_scale`` 1.0, 3 starts x 3 index schedules: with
-    the encoder's 50 steps, 2 of the 9 runs lost their candidates at the rate's peak (held-out accuracy 0.015, 0.167);
-    with 200, none did, and all 9 ended better (+0.228 on average; experiments/demo/log/2026-11-25-evidence.md, "Index freshness")."""
+    Measured from a young (40-step ICT) retriever at ``retriever_lr_scale`` 1.0, 3 starts x 3 index schedules: with the
+    encoder's 50 steps, 2 of the 9 runs lost their candidates at the rate's peak (held-out accuracy 0.015, 0.167); with
+    200, none did, and all 9 ended better (+0.228 on average; experiments/demo/log/2026-11-25-evidence.md, "Index
+    freshness")."""
     retriever_delay_steps: int = 0
     """Steps for which the embedders' rate is 0 before their warm-up begins (the encoder trains from step 0). Even a
     small warming-up rate moves the query tower while the reader cannot read yet, and those early steps can pull

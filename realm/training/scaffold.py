@@ -72,8 +72,8 @@ class LoopConfig:
     precision: str = "auto"
     """``fp32``, ``bf16`` (autocast over fp32 master weights and optimizer state), ``fp16`` (GPUs only) or ``auto``:
     bf16 on a GPU with bf16, fp32 elsewhere, CPUs included (bf16 training on a CPU with AMX or AVX-512 BF16 is asked
-    for with ``bf16``: experiments/demo/log/2026-11-28-precision.md); ``realm.core.precision``. Decides over the launcher's ``--mixed_precision``
-    (``auto`` takes its explicit bf16 or fp16)."""
+    for with ``bf16``: experiments/demo/log/2026-11-28-precision.md); ``realm.core.precision``. Decides over the
+    launcher's ``--mixed_precision`` (``auto`` takes its explicit bf16 or fp16)."""
     compile: bool = False
     """Compile the model's BERTs with ``torch.compile`` (inductor, dynamic shapes; ``realm.training.compilation``):
     a 1.1-1.26x faster step at the demo shape (docs/performance.md), paid for by a first compile of tens of seconds to

@@ -2,10 +2,11 @@
 pre-training with the child builder and reproducible swaps, QA) on a 300-entity world, so that a recipe regression
 turns CI red instead of only the figures in experiments/demo/log/2026-11-25-evidence.md.
 
-What is asserted is what the demo claims, with margins measured on this exact command (experiments/demo/log/2026-11-25-evidence.md, "Reproducible runs";
-the run is deterministic, so the margins cover only other CPUs' rounding): held-out facts are read from the
-retrieved article far above closed book and above the starting model; the learning curve is logged; and QA,
-fine-tuned on questions about training entities, answers questions about *held-out* entities it never trained on.
+What is asserted is what the demo claims, with margins measured on this exact command
+(experiments/demo/log/2026-11-25-evidence.md, "Reproducible runs"; the run is deterministic, so the margins cover only
+other CPUs' rounding): held-out facts are read from the retrieved article far above closed book and above the starting
+model; the learning curve is logged; and QA, fine-tuned on questions about training entities, answers questions about
+*held-out* entities it never trained on.
 """
 
 import json

@@ -105,8 +105,8 @@ def test_closed_book_reads_the_null_document(block_sentences):
 
 
 def test_a_closed_book_encoder_memorises_the_facts_it_reads(tiny_world, tmp_path):
-    """The memoriser of experiments/demo/memorisation.py learns: closed book on Z's fact sentences, it comes to reproduce them
-    (a held-back set would need retrieval; these it has read)."""
+    """The memoriser of experiments/demo/memorisation.py learns: closed book on Z's fact sentences, it comes to
+    reproduce them (a held-back set would need retrieval; these it has read)."""
     cfg = load_config(
         WarmupConfig,
         "configs/warmup/demo.yaml",

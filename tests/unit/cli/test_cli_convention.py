@@ -42,7 +42,8 @@ def test_the_old_demo_flags_still_work_with_a_one_line_note(capsys):
 
 
 def test_the_demo_runs_of_the_tests_use_its_dotted_keys():
-    """No deprecated flag (and its note) in the demo commands other tests and experiments/demo/precision_parity.py pass."""
+    """No deprecated flag (and its note) in the demo commands other tests and experiments/demo/precision_parity.py
+    pass."""
     from tests.integration.cli.test_demo_learns import COMMAND
     from tests.integration.test_wheel import DEMO
 

@@ -284,8 +284,8 @@ def swapped_fact(world: World, record: dict) -> str:
 
 
 def test_z_facts_give_the_sentence_of_the_article_that_states_each_fact(full_world: World) -> None:
-    """What a closed-book model memorises of Z (experiments/demo/memorisation.py): one sentence per fact, cut from the entity's
-    own article, with the value's exact offsets."""
+    """What a closed-book model memorises of Z (experiments/demo/memorisation.py): one sentence per fact, cut from the
+    entity's own article, with the value's exact offsets."""
     articles = {doc["id"]: doc["text"] for doc in full_world.corpus}
     facts = {(e["id"], relation): value for e in full_world.entities for relation, value in e["facts"].items()}
     heldout = {e["id"]: e["heldout"] for e in full_world.entities}

@@ -142,7 +142,7 @@ def test_pretrain_sh_multi_node_starts_the_builder_on_node_0_only(tmp_path):
         ("bf16", "", True, "fp32", "no"),
         ("bf16", "", True, "auto", "bf16"),  # a GPU with bf16: auto keeps the launcher's bf16
         ("no", "", True, "bf16", "bf16"),
-        (None, "", False, "auto", "no"),  # CPU training under auto stays fp32 (experiments/demo/log/2026-11-28-precision.md)
+        (None, "", False, "auto", "no"),  # CPU training under auto stays fp32 (the demo study's precision log)
         (None, "", False, "bf16", "bf16"),
     ],
 )

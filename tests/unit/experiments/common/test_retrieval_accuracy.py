@@ -1,4 +1,5 @@
-"""``experiments/common/retrieval_accuracy.py``: which questions a corpus can answer, and DPR's top-k accuracy over them."""
+"""``experiments/common/retrieval_accuracy.py``: which questions a corpus can answer, and DPR's top-k accuracy over
+them."""
 
 from __future__ import annotations
 

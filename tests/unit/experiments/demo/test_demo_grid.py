@@ -1,5 +1,5 @@
-"""``experiments/demo/demo_grid.py`` (issue 56): which bars a run misses, and the grid's order (runs wider than a core's share
-first and alone, the narrow ones side by side), on stand-in runs that write a summary instead of training."""
+"""``experiments/demo/demo_grid.py`` (issue 56): which bars a run misses, and the grid's order (runs wider than a core's
+share first and alone, the narrow ones side by side), on stand-in runs that write a summary instead of training."""
 
 from __future__ import annotations
 

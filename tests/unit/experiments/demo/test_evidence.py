@@ -1,4 +1,5 @@
-"""``experiments/demo/evidence.py``'s training-candidate column: the mean of ``train/answer_recall`` over a row's log."""
+"""``experiments/demo/evidence.py``'s training-candidate column: the mean of ``train/answer_recall`` over a row's
+log."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``experiments/demo/evidence_runs.py``: row means, standard errors and paired differences over several evidence tables,
-checked against the figures worked out by hand."""
+"""``experiments/demo/evidence_runs.py``: row means, standard errors and paired differences over several evidence
+tables, checked against the figures worked out by hand."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``experiments/fever/fever_cloze.py``: it writes the items and prints each count, and the items file is read by the evaluation
-``experiments/real_text/realm_stage.py`` runs on every endpoint (``evaluate_loaded``): one outcome per item, gold recall reported."""
+"""``experiments/fever/fever_cloze.py``: it writes the items and prints each count, and the items file is read by the
+evaluation ``experiments/real_text/realm_stage.py`` runs on every endpoint (``evaluate_loaded``): one outcome per item,
+gold recall reported."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``experiments/knnlm/knnlm_data.py``'s sources: a Vital article already in SQuAD or the passages (by title, underscores as
-spaces, any case) is left out, so no article's text can be in two splits."""
+"""``experiments/knnlm/knnlm_data.py``'s sources: a Vital article already in SQuAD or the passages (by title,
+underscores as spaces, any case) is left out, so no article's text can be in two splits."""
 
 from __future__ import annotations
 

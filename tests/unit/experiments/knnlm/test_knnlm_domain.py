@@ -1,5 +1,5 @@
-"""``experiments/knnlm/knnlm_domain.py``'s question splits: QE and QV never share a question, and an evaluation question that the
-datastore's questions hold (after the EM normalisation) is left out and counted, never evaluated."""
+"""``experiments/knnlm/knnlm_domain.py``'s question splits: QE and QV never share a question, and an evaluation question
+that the datastore's questions hold (after the EM normalisation) is left out and counted, never evaluated."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``experiments/real_text/reachable_cloze.py``'s evaluation (which ``experiments/real_text/question_cloze.py`` shares) reads any held-out-schema cloze
-file with a run's model: one outcome per item in file order, gold recall only when every item names its article."""
+"""``experiments/real_text/reachable_cloze.py``'s evaluation (which ``experiments/real_text/question_cloze.py`` shares)
+reads any held-out-schema cloze file with a run's model: one outcome per item in file order, gold recall only when every
+item names its article."""
 
 from __future__ import annotations
 

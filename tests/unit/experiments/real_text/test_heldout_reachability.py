@@ -1,5 +1,6 @@
-"""``experiments/real_text/heldout_reachability.py`` splits the held-out cloze by whether the masked span was in a block the reader
-read: the split must follow the retrieved ids and the word-boundary rule, and never count the sentence's own article."""
+"""``experiments/real_text/heldout_reachability.py`` splits the held-out cloze by whether the masked span was in a block
+the reader read: the split must follow the retrieved ids and the word-boundary rule, and never count the sentence's own
+article."""
 
 from __future__ import annotations
 

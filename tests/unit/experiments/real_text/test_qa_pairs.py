@@ -1,5 +1,5 @@
-"""``experiments/real_text/qa_pairs.py``: where two QA rows' exact match differs, split into reading and retrieval, checked on
-predictions worked out by hand; bad predictions files give an error that names the file and line."""
+"""``experiments/real_text/qa_pairs.py``: where two QA rows' exact match differs, split into reading and retrieval,
+checked on predictions worked out by hand; bad predictions files give an error that names the file and line."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""``experiments/real_text/reader_by_position.py``: a span's offset is where its wordpieces first occur in the block body."""
+"""``experiments/real_text/reader_by_position.py``: a span's offset is where its wordpieces first occur in the block
+body."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``experiments/real_text/real_open_qa.py`` runs every stage at its own config's length, where ``realm real-text``'s default cuts
-them to fit 30 minutes on 2 cores: the bench's figures and the default's cost are of different runs, each named."""
+"""``experiments/real_text/real_open_qa.py`` runs every stage at its own config's length, where ``realm real-text``'s
+default cuts them to fit 30 minutes on 2 cores: the bench's figures and the default's cost are of different runs, each
+named."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``experiments/real_text/real_open_qa_report.py``: the table's lines, the paired differences between QA rows over seeds (and per
-fine-tuning seed), and how far a row's own fine-tuning seeds lie apart."""
+"""``experiments/real_text/real_open_qa_report.py``: the table's lines, the paired differences between QA rows over
+seeds (and per fine-tuning seed), and how far a row's own fine-tuning seeds lie apart."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""``experiments/real_text/realm_stage.py`` (issue 55 items 3-4): each row's pre-training keys, the resume plan (a finished
-evaluation skipped, the checkpoint of the step evaluated), and the pre-registered analysis (exact McNemar of REALM's
-last step against each control's, Holm over the seed's family) on synthetic per-item outcome files."""
+"""``experiments/real_text/realm_stage.py`` (issue 55 items 3-4): each row's pre-training keys, the resume plan (a
+finished evaluation skipped, the checkpoint of the step evaluated), and the pre-registered analysis (exact McNemar of
+REALM's last step against each control's, Holm over the seed's family) on synthetic per-item outcome files."""
 
 from __future__ import annotations
 
