@@ -4,8 +4,8 @@ Every query gets its gold article in slot 1 (plus the null document and random b
 is copying the masked fact from the block. This bounds what pre-training can reach in a given number of steps: if
 the encoder cannot read an oracle block, no retriever will make it predict held-out facts.
 
-    python -m experiments.real_text.reader_oracle RUN --steps 700            # RUN = a `realm demo` output folder
-    python -m experiments.real_text.reader_oracle RUN --steps 400 --model.num_layers=4 --optim.lr=5e-4   # other encoder settings
+    python -m experiments.demo.reader_oracle RUN --steps 700            # RUN = a `realm demo` output folder
+    python -m experiments.demo.reader_oracle RUN --steps 400 --model.num_layers=4 --optim.lr=5e-4   # other encoder settings
 
 Prints the loss and whole-span accuracy (moving average over 50 steps) every 50 steps. No assertions.
 """
