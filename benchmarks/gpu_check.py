@@ -166,7 +166,7 @@ def run_check(parts: list[Part], ctx: Context, budget_s: float, json_path: Path,
 
 def _describe_in_process(ctx: Context) -> dict[str, Any]:
     path = ctx.out / "machine.json"
-    argv = [ctx.python, str(Path(__file__).resolve()), "--describe", str(path), *(["--dry-run"] * ctx.dry_run)]
+    argv = [ctx.python, "-m", "benchmarks.gpu_check", "--describe", str(path), *(["--dry-run"] * ctx.dry_run)]
     try:
         subprocess.run(argv, cwd=REPO, timeout=DESCRIBE_TIMEOUT_S, check=True, capture_output=True, text=True)
         return json.loads(path.read_text(encoding="utf-8"))

@@ -187,11 +187,11 @@ def test_pretraining_writes_its_model_folder_and_replaces_it(tiny_run, tmp_path)
     assert not [p for p in folder.iterdir() if p.name.startswith(".")]  # no staging or trash left behind
 
 
-def test_the_readmes_three_lines_run_on_an_exported_run(tiny_run, exports):  # noqa: F811
-    """The README's "Taking the model out" snippet, as printed there, with its two folders pointed at this run's."""
+def test_the_usage_pages_three_lines_run_on_an_exported_run(tiny_run, exports):  # noqa: F811
+    """docs/usage.md's "Taking the model out" snippet, as printed there, with its two folders pointed at this run's."""
     from tests.helpers import ROOT
 
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "usage.md").read_text()
     code = readme.split("**Taking the model out.**", 1)[1].split("```python\n", 1)[1].split("```", 1)[0]
     assert len(code.strip().splitlines()) == 3
     code = code.replace("runs/demo/model/retriever", str(exports / "sentence-transformers"))
