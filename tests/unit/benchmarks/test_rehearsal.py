@@ -1,6 +1,6 @@
 """The scale rehearsal's pieces (``benchmarks/rehearsal*.py``): the generated DPR corpus as the project reads it, the
-growth exponent, the 21M-passage projection's arithmetic, the builder-log phases and the markdown table; and that the opt-in
-``scale`` tests stay out of a default ``pytest`` run."""
+growth exponent, the 21M-passage projection's arithmetic, the builder-log phases and the markdown table; and that the
+opt-in ``scale`` tests stay out of a default ``pytest`` run."""
 
 from __future__ import annotations
 
