@@ -29,7 +29,6 @@ def add_corpus_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-block-length", type=int, default=128)
 
 
-
 def corpus_blocks(args: argparse.Namespace, out: Path):
     """The blocks ``--blocks`` names, or ``--corpus`` cut into blocks under ``out/blocks``."""
     if args.blocks:
@@ -40,11 +39,9 @@ def corpus_blocks(args: argparse.Namespace, out: Path):
     return load_blocks(build_blocks_from_config(corpus, tokenizer, out / "blocks"))
 
 
-
 def evaluate_cloze(run_dir: Path, files: dict[str, Path], checkpoint: str | None = None) -> dict[str, dict]:
     """Each cloze file read by the run's newest model (or ``checkpoint``'s): ``evaluate_loaded``."""
     return evaluate_loaded(load_run(run_dir, checkpoint), files)
-
 
 
 def evaluate_loaded(run: LoadedRun, files: dict[str, Path]) -> dict[str, dict]:
@@ -73,12 +70,10 @@ def evaluate_loaded(run: LoadedRun, files: dict[str, Path]) -> dict[str, dict]:
     return {"run": str(run_dir), "step": run.step, "sets": table}
 
 
-
 def _field(path: Path, field: str, rows: list[int]) -> list[str]:
     """``field`` of the listed rows of a jsonl file ("" where absent)."""
     values = [json.loads(line).get(field) or "" for line in path.read_text(encoding="utf-8").splitlines() if line]
     return [values[i] for i in rows]
-
 
 
 def print_evaluation(result: dict) -> None:

@@ -34,13 +34,11 @@ def memoriser_config(run: Path, *, recipe: Path, shape: ModelConfig, tokenizer: 
     return load_config(WarmupConfig, recipe, overrides)
 
 
-
 def checkpoint_encoder(run: Path, step: int, init_from: str | Path) -> KnowledgeAugmentedEncoder:
     """The memoriser's encoder in its checkpoint of ``step`` (the run stops at each chunk; nothing is published)."""
     encoder = KnowledgeAugmentedEncoder.from_pretrained(str(init_from))  # the shape; every weight is overwritten
     weights = checkpoints_dir(run) / folder_name(CHECKPOINT_PREFIX, step) / MODEL_FILE
     return load_weights(encoder, weights).eval()
-
 
 
 def memorise(run: Path, config_at: Callable[[int], WarmupConfig], probe: Callable[[KnowledgeAugmentedEncoder], dict],
@@ -62,7 +60,6 @@ def memorise(run: Path, config_at: Callable[[int], WarmupConfig], probe: Callabl
     return curve
 
 
-
 def table_lines(table: dict, columns: tuple[tuple[str, str], ...]) -> list[str]:
     """A markdown table of the rows (steps, training seconds where a row has them, then ``columns``)."""
     lines = [
@@ -76,7 +73,6 @@ def table_lines(table: dict, columns: tuple[tuple[str, str], ...]) -> list[str]:
         seconds = "" if seconds is None else f"{seconds:.0f}"
         lines.append(f"| {name} | {steps} | {seconds} | " + " | ".join(cells) + " |")
     return lines
-
 
 
 def verdict(table: dict, key: str, what: str, target: float) -> str:

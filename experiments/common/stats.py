@@ -17,12 +17,10 @@ def mean_and_error(values: list[float]) -> tuple[float, float]:
     return mean, math.sqrt(variance / len(values))
 
 
-
 def disagreements(a: list, b: list) -> tuple[int, int]:
     """How many of the paired 0/1 results ``a`` and ``b`` only ``a`` gets right, and how many only ``b``: the counts
     ``mcnemar_p`` tests."""
     return sum(bool(x) and not y for x, y in zip(a, b)), sum(bool(y) and not x for x, y in zip(a, b))
-
 
 
 def mcnemar_p(only_a: int, only_b: int) -> float:
@@ -30,7 +28,6 @@ def mcnemar_p(only_a: int, only_b: int) -> float:
     each disagreement goes either way with probability 1/2 (a binomial sign test)."""
     n = only_a + only_b
     return min(1.0, 2 * sum(math.comb(n, i) for i in range(min(only_a, only_b) + 1)) / 2**n)
-
 
 
 def permutation_p(groups: list[tuple[list[float], list[float]]]) -> float:
