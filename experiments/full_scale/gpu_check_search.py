@@ -1,5 +1,5 @@
-"""Exact ``TorchIndex`` search at REALM's scale on random vectors, for ``benchmarks/gpu_check.py``: QPS at several query
-batch sizes, and recall against an exact fp32 reference.
+"""Exact ``TorchIndex`` search at REALM's scale on random vectors, for ``experiments/full_scale/gpu_check.py``: QPS at
+several query batch sizes, and recall against an exact fp32 reference.
 
 The ``--rows`` x ``--dim`` unit vectors (default REALM's 13,353,718 x 128) are generated on the device a block at a
 time from a seeded generator, so no [N, D] matrix is ever held on the host: ``TorchIndex`` copies them into its fp16
@@ -9,8 +9,8 @@ Figures: index setup seconds and device memory, per batch size the median search
 recall@k and top-1 agreement of the index against the fp32 reference, the share of queries whose own row comes first,
 and the time projected linearly to 13,353,718 rows. Run from the repository root::
 
-    python -m benchmarks.gpu_check_search --device cuda --json runs/gpu_check/search.json
-    python -m benchmarks.gpu_check_search --rows 20000 --dim 32 --batches 1 8 --json /tmp/search.json   # CPU, seconds
+    python -m experiments.full_scale.gpu_check_search --device cuda --json runs/gpu_check/search.json
+    python -m experiments.full_scale.gpu_check_search --rows 20000 --dim 32 --batches 1 8 --json /tmp/s.json  # CPU
 """
 
 from __future__ import annotations

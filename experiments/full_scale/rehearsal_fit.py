@@ -1,5 +1,5 @@
-"""What ``benchmarks/rehearsal.py`` makes of its measurements: growth exponents, the projection to DPR's 21M passages on
-GPUs, and the markdown table of a rehearsal's JSON.
+"""What ``experiments/full_scale/rehearsal.py`` makes of its measurements: growth exponents, the projection to DPR's
+21M passages on GPUs, and the markdown table of a rehearsal's JSON.
 
 Growth exponent: the least-squares slope of log(figure) against log(N) over the corpus sizes run; 1 is linear, 0 is
 flat (a bounded stage), 2 quadratic. Over two sizes it is the slope of the line through them.
@@ -157,5 +157,5 @@ def markdown(result: dict[str, Any]) -> str:
                         f"{p['step_s'] * 1000:.0f} ms | {p['refresh_steps']:,.0f} | "
                         f"{p['effective_step_s'] * 1000:.0f} ms | {p['days_per_100k_steps']:.2f} |")  # fmt: skip
         named = ", ".join(f"{k} = {v:,}" for k, v in result.get("assumptions", {}).items())
-        out += "\n\n" + "\n".join(rows) + f"\n\nAssumptions (benchmarks/rehearsal_fit.py): {named}."
+        out += "\n\n" + "\n".join(rows) + f"\n\nAssumptions (experiments/full_scale/rehearsal_fit.py): {named}."
     return out

@@ -1,5 +1,6 @@
-"""A generated DPR-format corpus for the scale rehearsal (``benchmarks/rehearsal.py``): ``id<TAB>text<TAB>title`` rows
-as in ``psgs_w100.tsv``, written row by row (never held whole in memory) and the same bytes for the same arguments.
+"""A generated DPR-format corpus for the scale rehearsal (``experiments/full_scale/rehearsal.py``):
+``id<TAB>text<TAB>title`` rows as in ``psgs_w100.tsv``, written row by row (never held whole in memory) and the same
+bytes for the same arguments.
 
 Generated, not the Vital text repeated: a repeated text would make every block's wordpieces, sentences and salient
 spans recur ``N / 10k`` times, which flatters what the tagger, the cloze sets and FAISS's clustering see. Each passage
@@ -9,7 +10,7 @@ list of made-up syllable words, so the BERT tokenizer splits them into a realist
 come ``passages_per_article`` to an article, and every article has its own title (``Title N``: distinct titles, so
 the held-out split by title groups an article's passages as it does on DPR's file).
 
-    python -m benchmarks.rehearsal_corpus --passages 100000 --out corpus.tsv
+    python -m experiments.full_scale.rehearsal_corpus --passages 100000 --out corpus.tsv
 """
 
 from __future__ import annotations

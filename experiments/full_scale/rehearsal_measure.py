@@ -1,4 +1,5 @@
-"""Wall seconds and peak memory of one command run as its own process tree (``benchmarks/rehearsal.py``'s stages).
+"""Wall seconds and peak memory of one command run as its own process tree (``experiments/full_scale/rehearsal.py``'s
+stages).
 
 Peak RSS is the largest sum of the resident sets of the command and every descendant seen at once (psutil, polled
 every ``POLL_S``): a stage that forks tagging workers or spawns the index builder is charged for all of them
@@ -9,7 +10,7 @@ process's resident pages (torch and datasets imported: ~0.45 GB) and its maximum
 Resident memory counts the pages of memory-mapped files a process has touched (the blocks' Arrow files, an index's
 embeddings memmap), which the kernel can drop and read again under pressure. The anonymous part (resident minus
 file-backed and shared pages: what would go to swap) is what a stage cannot give back, so it is polled too and is
-what the bounds of ``benchmarks/rehearsal_stages.py`` are checked against; both are reported.
+what the bounds of ``experiments/full_scale/rehearsal_stages.py`` are checked against; both are reported.
 """
 
 from __future__ import annotations

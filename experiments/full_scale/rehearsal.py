@@ -1,18 +1,18 @@
 """The scale rehearsal (issue 58): the full-scale recipe's stages over a generated DPR corpus of N passages, each stage
 as its own process through the project's own commands, with its wall time and peak memory against N.
 
-For each N (``--passages 100000,300000,1000000``): ``benchmarks/rehearsal_corpus.py`` writes the corpus (generated text,
-not the Vital leads repeated; that file says why), then the stages of ``benchmarks/rehearsal_stages.py`` run in order in
-``OUT/n-N/``: blocks and cloze sets (``realm real-text --stop_after=data``), tagging (``realm tag``, rule tagger),
-reader warm-up and ICT (BERT-base, random init, 2 steps each), the trainer with its child builder over the N-block
-Flat index (tiny model), the builder for each other index (``realm index --once``: IVF-PQ, HNSW), search of all
-three (``realm inspect --queries``), and the held-out evaluation (``realm evaluate-mlm``, streamed exact search).
-Each stage's peak anonymous memory (the whole process tree) is set against the bound its config implies. Then, per
-stage, the log-log slope of wall and peak over N, and the projection to DPR's 21M passages on 8 and 64 GPUs
-(``benchmarks/rehearsal_fit.py``: each assumption named there).
+For each N (``--passages 100000,300000,1000000``): ``experiments/full_scale/rehearsal_corpus.py`` writes the corpus
+(generated text, not the Vital leads repeated; that file says why), then the stages of
+``experiments/full_scale/rehearsal_stages.py`` run in order in ``OUT/n-N/``: blocks and cloze sets (``realm real-text
+--stop_after=data``), tagging (``realm tag``, rule tagger), reader warm-up and ICT (BERT-base, random init, 2 steps
+each), the trainer with its child builder over the N-block Flat index (tiny model), the builder for each other index
+(``realm index --once``: IVF-PQ, HNSW), search of all three (``realm inspect --queries``), and the held-out evaluation
+(``realm evaluate-mlm``, streamed exact search). Each stage's peak anonymous memory (the whole process tree) is set
+against the bound its config implies. Then, per stage, the log-log slope of wall and peak over N, and the projection to
+DPR's 21M passages on 8 and 64 GPUs (``experiments/full_scale/rehearsal_fit.py``: each assumption named there).
 
-    python -m benchmarks.rehearsal --passages 10000,30000 --out /tmp/rehearsal --json rehearsal.json
-    python -m benchmarks.rehearsal --table rehearsal.json          # the markdown tables of a finished run
+    python -m experiments.full_scale.rehearsal --passages 10000,30000 --out /tmp/rehearsal --json rehearsal.json
+    python -m experiments.full_scale.rehearsal --table rehearsal.json      # the markdown tables of a finished run
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import REPO, minilm_path, write_json  # isort:skip  (first: no hub, no W&B)
-from benchmarks.rehearsal_fit import assumptions, growth_exponent, markdown, project  # noqa: E402
-from benchmarks.rehearsal_measure import StageFailed, measure, offline_env  # noqa: E402
-from benchmarks.rehearsal_stages import FACTORIES, STAGE_NAMES, STAGES, Context, index_run  # noqa: E402
+from experiments.full_scale.rehearsal_fit import assumptions, growth_exponent, markdown, project  # noqa: E402
+from experiments.full_scale.rehearsal_measure import StageFailed, measure, offline_env  # noqa: E402
+from experiments.full_scale.rehearsal_stages import FACTORIES, STAGE_NAMES, STAGES, Context, index_run  # noqa: E402
 
 NUM_QUERIES = 64
 PROJECTED_GPUS = ((8, 1), (8, 4), (64, 1), (64, 16))

@@ -1,23 +1,25 @@
 #!/usr/bin/env bash
-# The GPU check (issue 58): benchmarks/gpu_check.py's parts on one H100/H200 in at most 8 minutes, one JSON out.
+# The GPU check (issue 58): experiments/full_scale/gpu_check.py's parts on one H100/H200 in at most 8 minutes, one
+# JSON out.
 #
-#     bash benchmarks/gpu_check.sh --prepare          # here, once: wheels and real-text data into .gpu_check/
-#     bash benchmarks/gpu_check.sh [gpu_check.py flags]   # on the GPU machine, from the repository root
-#     bash benchmarks/gpu_check.sh --dry-run          # anywhere: CPU, every shape shrunk
+#     bash experiments/full_scale/gpu_check.sh --prepare     # here, once: wheels and real-text data into .gpu_check/
+#     bash experiments/full_scale/gpu_check.sh [gpu_check.py flags]     # on the GPU machine, from the repository root
+#     bash experiments/full_scale/gpu_check.sh --dry-run     # anywhere: CPU, every shape shrunk
 #
 # --prepare (needs pip's package index) downloads the wheels the GPU machine lacks or has at another version
 # (transformers, datasets, faiss-cpu and datasets' dill and multiprocess, at this environment's versions, for CPython
 # 3.12 on x86-64) into .gpu_check/whl, copies the real-text GPU config's three data files from DATA_SRC (default
-# ../shared/data/real) into .gpu_check/data, adds /.gpu_check/ to .git/info/exclude and prints the size (about 40 MB;
-# what travels must stay under 64 MiB). Then, with the device tool: run(command="bash benchmarks/gpu_check.sh",
-# carry=[".gpu_check"], timeout_s=600).
+# ../shared/data/real) into .gpu_check/data (at the repository root, wherever this script lives), adds /.gpu_check/ to
+# .git/info/exclude and prints the size (about 40 MB; what travels must stay under 64 MiB). Then, with the device tool:
+# run(command="bash experiments/full_scale/gpu_check.sh", carry=[".gpu_check"], timeout_s=600).
 # On the GPU machine (nothing can be downloaded there) it installs the carried wheels into a folder of their own
 # (PYTHONPATH), the checkout in editable mode without dependencies if `realm` is not importable yet, and runs the
 # check with its parts' folders under WORK (default /tmp/gpu_check). What comes back is small, in ${OUT:-runs/gpu_check}:
 # gpu_check.json (every figure; rewritten after each part), gpu_check.md (the tables for docs/performance.md, also
-# `python -m benchmarks.gpu_check --table gpu_check.json`), console.log, and logs.tar.gz (each part's log and JSON).
+# `python -m experiments.full_scale.gpu_check --table gpu_check.json`), console.log, and logs.tar.gz (each part's log
+# and JSON).
 set -u
-cd "$(dirname "$0")/.." || exit 1
+cd "$(dirname "$0")/../.." || exit 1
 PY=${PYTHON:-python3}
 STASH=.gpu_check
 
@@ -35,7 +37,7 @@ if [ "${1:-}" = --prepare ]; then
         cp "$src/$f" "$STASH/data/" || echo "missing $src/$f: the real_text part will be skipped"
     done
     echo "prepared $STASH ($(du -sh "$STASH" | cut -f1)): $pins"
-    echo 'device tool: run(command="bash benchmarks/gpu_check.sh", carry=[".gpu_check"], timeout_s=600)'
+    echo 'device tool: run(command="bash experiments/full_scale/gpu_check.sh", carry=[".gpu_check"], timeout_s=600)'
     exit 0
 fi
 
@@ -63,10 +65,11 @@ if [ -n "${OUT:-}" ]; then WORK=${WORK:-/tmp/gpu_check}; else WORK=${WORK:-$RESU
 $PY -m pip list 2>/dev/null | grep -iE '^(torch|transformers|datasets|faiss-cpu|accelerate|numpy) ' > "$RESULTS/console.log"
 # note: the check keeps its own budget (480 s; at most 520 s, see --full-pipelines); this outer limit only guards
 # the device's 10-minute command (setup included) against a hang, leaving time to pack the logs
-timeout -k 5 545 $PY -m benchmarks.gpu_check --out "$WORK" --json "$RESULTS/gpu_check.json" "$@" 2>&1 \
+timeout -k 5 545 $PY -m experiments.full_scale.gpu_check --out "$WORK" --json "$RESULTS/gpu_check.json" "$@" 2>&1 \
     | tee -a "$RESULTS/console.log"
 status=${PIPESTATUS[0]}
-$PY -m benchmarks.gpu_check --table "$RESULTS/gpu_check.json" > "$RESULTS/gpu_check.md" 2>> "$RESULTS/console.log"
+$PY -m experiments.full_scale.gpu_check --table "$RESULTS/gpu_check.json" > "$RESULTS/gpu_check.md" \
+    2>> "$RESULTS/console.log"
 (cd "$WORK" && find . -maxdepth 3 -type f \( -name '*.log' -o -name '*.json' -o -name '*.xml' \) -size -4M -print0 \
     | tar -czf "$RESULTS/logs.tar.gz" --null -T -)
 exit "$status"

@@ -1,6 +1,7 @@
-"""``docs/performance.md``'s GPU tables from ``benchmarks/gpu_check.py``'s JSON (``python -m benchmarks.gpu_check
---table FILE [FILE ...]``): the machine, each part's status, then the step, builder, search and pipeline rows. With
-several files (a second command that ran other parts), each part is read from the last file in which it ran."""
+"""``docs/performance.md``'s GPU tables from ``experiments/full_scale/gpu_check.py``'s JSON (``python -m
+experiments.full_scale.gpu_check --table FILE [FILE ...]``): the machine, each part's status, then the step, builder,
+search and pipeline rows. With several files (a second command that ran other parts), each part is read from the last
+file in which it ran."""
 
 from __future__ import annotations
 

@@ -1,18 +1,19 @@
 """The GPU check (issue 58): every GPU figure of ``docs/performance.md`` in one command of at most 8 minutes on one
 H100/H200, written to one JSON that the table is made from.
 
-Each part (``benchmarks/gpu_check_parts.py``: the GPU-touching tests, the trainer step at BERT-base and demo shapes, the
-builder at BERT-base, exact ``TorchIndex`` search at 13.35M x 128 fp16, the GPU demo, the real-text GPU config) runs as
-its own process group with its own time limit, its output in ``OUT/NAME.log``; one that fails or overruns is recorded as
-``failed`` or ``timeout`` (its process group killed) and the next one runs; no part is given more than the budget has
-left. The JSON (``--json``, default ``OUT/gpu_check.json``) is rewritten after every part, so a check stopped from
-outside keeps what it had: the machine (GPU, torch, CUDA, library versions, the bf16 ``torch.mm`` peak), then per part
-its status (ok, failed, timeout, skipped), seconds, limit, command, reason and figures (and the end of its log when it
-did not succeed). Run from the repository root (``benchmarks/gpu_check.sh`` sets up the GPU machine first)::
+Each part (``experiments/full_scale/gpu_check_parts.py``: the GPU-touching tests, the trainer step at BERT-base and demo
+shapes, the builder at BERT-base, exact ``TorchIndex`` search at 13.35M x 128 fp16, the GPU demo, the real-text GPU
+config) runs as its own process group with its own time limit, its output in ``OUT/NAME.log``; one that fails or
+overruns is recorded as ``failed`` or ``timeout`` (its process group killed) and the next one runs; no part is given
+more than the budget has left. The JSON (``--json``, default ``OUT/gpu_check.json``) is rewritten after every part, so a
+check stopped from outside keeps what it had: the machine (GPU, torch, CUDA, library versions, the bf16 ``torch.mm``
+peak), then per part its status (ok, failed, timeout, skipped), seconds, limit, command, reason and figures (and the end
+of its log when it did not succeed). Run from the repository root (``experiments/full_scale/gpu_check.sh`` sets up the
+GPU machine first)::
 
-    python -m benchmarks.gpu_check [--out runs/gpu_check] [--parts search demo] [--budget 480]
-    python -m benchmarks.gpu_check --dry-run          # CPU, every shape shrunk, the same code paths (~1.5 min here)
-    python -m benchmarks.gpu_check --table runs/gpu_check/gpu_check.json    # the markdown rows for docs/performance.md
+    python -m experiments.full_scale.gpu_check [--out runs/gpu_check] [--parts search demo] [--budget 480]
+    python -m experiments.full_scale.gpu_check --dry-run     # CPU, every shape shrunk, the same code paths (~1.5 min)
+    python -m experiments.full_scale.gpu_check --table runs/gpu_check/gpu_check.json   # docs/performance.md's rows
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.harness import REPO  # isort:skip  (first: no hub, no W&B)
-from benchmarks.gpu_check_parts import PARTS, Context, Part
-from benchmarks.gpu_check_table import markdown
+from experiments.full_scale.gpu_check_parts import PARTS, Context, Part
+from experiments.full_scale.gpu_check_table import markdown
 
 from realm.core.atomic import write_text_atomic
 
@@ -166,7 +167,8 @@ def run_check(parts: list[Part], ctx: Context, budget_s: float, json_path: Path,
 
 def _describe_in_process(ctx: Context) -> dict[str, Any]:
     path = ctx.out / "machine.json"
-    argv = [ctx.python, "-m", "benchmarks.gpu_check", "--describe", str(path), *(["--dry-run"] * ctx.dry_run)]
+    argv = [ctx.python, "-m", "experiments.full_scale.gpu_check", "--describe", str(path),
+            *(["--dry-run"] * ctx.dry_run)]  # fmt: skip
     try:
         subprocess.run(argv, cwd=REPO, timeout=DESCRIBE_TIMEOUT_S, check=True, capture_output=True, text=True)
         return json.loads(path.read_text(encoding="utf-8"))

@@ -1,5 +1,6 @@
-"""One pipeline (``realm demo`` or ``realm real-text``) for ``benchmarks/gpu_check.py``: its summary, how long the
-trainer waited for the index, and the live builder's throughput against a bare forward of the same document tower.
+"""One pipeline (``realm demo`` or ``realm real-text``) for ``experiments/full_scale/gpu_check.py``: its summary, how
+long the trainer waited for the index, and the live builder's throughput against a bare forward of the same document
+tower.
 
 Runs ``realm KIND ARGS`` (everything after ``--``) into ``--out`` as a user would, then reads:
 
@@ -15,7 +16,7 @@ Runs ``realm KIND ARGS`` (everything after ``--``) into ``--out`` as a user woul
 as the demo runs it, sharing the GPU; ``embed_alone_over_bare`` is the same embedding alone, so the two apart say how
 much is sharing and how much is the builder's own work per batch. Run from the repository root::
 
-    python -m benchmarks.gpu_check_pipeline --kind demo --out runs/gpu_check/demo --json demo.json -- \\
+    python -m experiments.full_scale.gpu_check_pipeline --kind demo --out runs/gpu_check/demo --json demo.json -- \\
         --pretrain_config configs/pretrain/demo_gpu.yaml
 """
 

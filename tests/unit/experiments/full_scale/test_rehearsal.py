@@ -1,6 +1,6 @@
-"""The scale rehearsal's pieces (``benchmarks/rehearsal*.py``): the generated DPR corpus as the project reads it, the
-growth exponent, the 21M-passage projection's arithmetic, the builder-log phases and the markdown table; and that the
-opt-in ``scale`` tests stay out of a default ``pytest`` run."""
+"""The scale rehearsal's pieces (``experiments/full_scale/rehearsal*.py``): the generated DPR corpus as the project
+reads it, the growth exponent, the 21M-passage projection's arithmetic, the builder-log phases and the markdown table;
+and that the opt-in ``scale`` tests stay out of a default ``pytest`` run."""
 
 from __future__ import annotations
 
@@ -11,14 +11,14 @@ import sys
 
 import pytest
 
-from benchmarks import rehearsal
+from experiments.full_scale import rehearsal
 from realm.data.corpus import CorpusConfig, check_unique_ids, read_documents
 from realm.data.tagging import RuleTagger
 from tests.helpers import ROOT
 
 # note: imported by name, not through bench_module: a dataclass needs its module in sys.modules
-corpus = importlib.import_module("benchmarks.rehearsal_corpus")
-fit = importlib.import_module("benchmarks.rehearsal_fit")
+corpus = importlib.import_module("experiments.full_scale.rehearsal_corpus")
+fit = importlib.import_module("experiments.full_scale.rehearsal_fit")
 
 
 def test_generated_corpus_is_dpr_tsv_the_reader_accepts_with_a_title_per_article(tmp_path):
@@ -120,7 +120,7 @@ def test_scale_tests_are_skipped_by_the_default_command():
 
 
 def test_measure_reports_the_peak_of_the_whole_process_tree_and_fails_with_the_log(tmp_path):
-    measure = importlib.import_module("benchmarks.rehearsal_measure")
+    measure = importlib.import_module("experiments.full_scale.rehearsal_measure")
     # a parent holding 100 MB starts a child holding 200 MB; both sleep so the polls see them together
     child = "import time; b = bytearray(200 << 20); time.sleep(1.5)"
     parent = f"import subprocess, sys; b = bytearray(100 << 20); subprocess.run([sys.executable, '-c', {child!r}])"
@@ -133,14 +133,14 @@ def test_measure_reports_the_peak_of_the_whole_process_tree_and_fails_with_the_l
 
 
 def test_ivf_list_count_keeps_39_training_points_a_list_up_to_the_config_4096():
-    stages = importlib.import_module("benchmarks.rehearsal_stages")
+    stages = importlib.import_module("experiments.full_scale.rehearsal_stages")
     assert stages.ivf_factory(10_000) == "IVF256,PQ32"  # 10,000 / 39 = 256.4
     assert stages.ivf_factory(100_000) == "IVF2048,PQ32"
     assert stages.ivf_factory(1_000_000) == "IVF4096,PQ32"
 
 
 def test_memory_bounds_grow_with_n_only_through_the_index(tmp_path):
-    stages = importlib.import_module("benchmarks.rehearsal_stages")
+    stages = importlib.import_module("experiments.full_scale.rehearsal_stages")
 
     def bounds(n):
         ctx = stages.Context(out=tmp_path, num_passages=n, tokenizer="unused")

@@ -1,5 +1,5 @@
 """The scale rehearsal's stages: the README's full-scale recipe, command by command, on a generated DPR corpus, each
-with the memory bound its configuration implies (``benchmarks/rehearsal.py`` runs them).
+with the memory bound its configuration implies (``experiments/full_scale/rehearsal.py`` runs them).
 
 Shapes: where a stage's cost is per token (reader warm-up, ICT) it runs a few steps of BERT-base (random init from
 ``ModelConfig``'s defaults, ``--model.init_from=null``: no hub) at a batch of 2; where its cost is per block
@@ -8,10 +8,10 @@ Shapes: where a stage's cost is per token (reader warm-up, ICT) it runs a few st
 blocks can be embedded on 2 cores. Tagging is the rule tagger (``tagging.kind: rule``): spaCy is not installed here.
 
 Memory bounds (``Stage.bound_bytes``, checked against the tree's peak anonymous memory,
-``benchmarks/rehearsal_measure.py``): a fixed allowance per Python process of the stage's tree, the model's weights
-(times the optimizer's copies where it trains), its activations where it trains, what a config caps (the tagger's shard
-of ``shard_size`` lines a worker, the warm-up's ``task.max_blocks`` sample, evaluation's ``eval.exact_chunk_blocks``),
-and, for the stages that hold an index, the index the budget arithmetic expects
+``experiments/full_scale/rehearsal_measure.py``): a fixed allowance per Python process of the stage's tree, the model's
+weights (times the optimizer's copies where it trains), its activations where it trains, what a config caps (the
+tagger's shard of ``shard_size`` lines a worker, the warm-up's ``task.max_blocks`` sample, evaluation's
+``eval.exact_chunk_blocks``), and, for the stages that hold an index, the index the budget arithmetic expects
 (``realm.index.budget.expected_index_bytes``). Nothing else in a bound grows with N: a stage whose peak does is holding
 per-block state the recipe did not budget for.
 """
@@ -28,14 +28,13 @@ from typing import Callable
 
 import yaml
 
+from benchmarks.harness import REPO
 from realm.data.block_store import BlockStore
 from realm.data.tag_stage import TagStageConfig
 from realm.index.budget import expected_index_bytes
 from realm.index.mips import IndexConfig
 from realm.index.streamed import QUERY_BLOCK
 from realm.pretrain.config import EvalConfig
-
-REPO = Path(__file__).resolve().parents[1]
 
 GB = 1 << 30
 MB = 1 << 20

@@ -1,6 +1,6 @@
-"""``benchmarks/gpu_check.py``: each part runs as its own process group under its own limit, a part that overruns is
-recorded as ``timeout`` (its processes stopped) and the check goes on, and the JSON has one schema for every part;
-the search part's dry run and the markdown table made from the JSON."""
+"""``experiments/full_scale/gpu_check.py``: each part runs as its own process group under its own limit, a part that
+overruns is recorded as ``timeout`` (its processes stopped) and the check goes on, and the JSON has one schema for every
+part; the search part's dry run and the markdown table made from the JSON."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks import gpu_check
-from benchmarks import gpu_check_parts as parts
+from experiments.full_scale import gpu_check
+from experiments.full_scale import gpu_check_parts as parts
 
 
 RECORD_KEYS = {"status", "seconds", "limit_s", "command", "log", "reason", "figures"}
@@ -91,7 +91,7 @@ def test_dry_run_of_the_search_part_measures_the_machine_and_writes_figures_and_
     # the fp16 index finds what the fp32 reference finds, and each query's own row first
     assert figures["recall_at_k_vs_exact_fp32"] > 0.95 and figures["own_row_first"] == 1.0
     assert all(batch["qps"] > 0 for batch in figures["batches"].values())
-    table = importlib.import_module("benchmarks.gpu_check_table").markdown([result])
+    table = importlib.import_module("experiments.full_scale.gpu_check_table").markdown([result])
     assert "| search | ok |" in table and "Exact `TorchIndex` search, 20,000 x 32 fp16" in table
 
 
@@ -109,7 +109,7 @@ def test_table_reads_each_part_from_the_last_file_that_ran_it():
                         0.01, "qa_exact_match_end": 0.85}}  # fmt: skip
     first = check({"demo": record("timeout", {}), "search": record("skipped", {})})
     second = check({"demo": record("ok", demo), "search": record("skipped", {})})
-    table = importlib.import_module("benchmarks.gpu_check_table").markdown([first, second])
+    table = importlib.import_module("experiments.full_scale.gpu_check_table").markdown([first, second])
     assert "| demo | ok | 10 (135) |" in table and "| search | skipped |" in table
     assert "| demo | 120 s | 4.0% | 91.0% | 97.0% | 0.900 (0.010) | 0.850 |" in table
 
@@ -122,7 +122,7 @@ def test_gpu_test_files_are_the_ones_that_touch_cuda_and_not_this_one():
 
 
 def test_live_builds_leave_out_the_first_index_built_before_training(tmp_path):
-    pipeline = importlib.import_module("benchmarks.gpu_check_pipeline")
+    pipeline = importlib.import_module("experiments.full_scale.gpu_check_pipeline")
     for step, vectors, seconds in ((0, 1000, 1.0), (100, 1000, 2.0), (200, 1000, 4.0)):
         folder = tmp_path / "index" / f"v-{step:08d}"
         folder.mkdir(parents=True)

@@ -1,5 +1,5 @@
-"""The parts of ``benchmarks/gpu_check.py``, in the order they run: for each, the command (on a GPU, and shrunk for the
-CPU dry run), its time limit on an H200 and how its figures are read from what it wrote.
+"""The parts of ``experiments/full_scale/gpu_check.py``, in the order they run: for each, the command (on a GPU, and
+shrunk for the CPU dry run), its time limit on an H200 and how its figures are read from what it wrote.
 
 Sizing (one H200; each limit bounds what a part may take, not what it is expected to, and the check as a whole
 keeps to its 8-minute budget): the trainer step at BERT-base and at the demo shape (bf16, candidates
@@ -44,7 +44,7 @@ class Context:
     full_pipelines: bool = False
     """Every pipeline stage at its config's length (otherwise the stages before pre-training are shortened)."""
     data: Path = REPO / ".gpu_check" / "data"
-    """The real-text data files (``bash benchmarks/gpu_check.sh --prepare`` copies them there)."""
+    """The real-text data files (``bash experiments/full_scale/gpu_check.sh --prepare`` copies them there)."""
     python: str = sys.executable
 
     def dir(self, name: str) -> Path:
@@ -77,8 +77,13 @@ class Part:
 
 
 def _bench(ctx: Context, script: str, *args: str) -> list[str]:
-    """``python -m benchmarks.SCRIPT ARGS``: run from the repository root (``run_part``'s ``cwd``)."""
+    """``python -m benchmarks.SCRIPT ARGS``: a speed check, run from the repository root (``run_part``'s ``cwd``)."""
     return [ctx.python, "-m", f"benchmarks.{Path(script).stem}", *args]
+
+
+def _own(ctx: Context, script: str, *args: str) -> list[str]:
+    """``python -m experiments.full_scale.SCRIPT ARGS``: one of this check's own parts, run from the repository root."""
+    return [ctx.python, "-m", f"experiments.full_scale.{Path(script).stem}", *args]
 
 
 def gpu_test_files() -> list[str]:
@@ -170,20 +175,20 @@ def builder_figures(folder: Path) -> dict[str, Any]:
 
 def search_command(ctx: Context) -> list[str]:
     sized = ["--rows", "20000", "--dim", "32", "--batches", "1", "8", "--rounds", "2", "--device", "cpu"]
-    return _bench(ctx, "gpu_check_search.py", *(sized if ctx.dry_run else ["--device", "cuda"]),
-                  "--json", str(ctx.dir("search") / "search.json"))  # fmt: skip
+    return _own(ctx, "gpu_check_search.py", *(sized if ctx.dry_run else ["--device", "cuda"]),
+                "--json", str(ctx.dir("search") / "search.json"))  # fmt: skip
 
 
 def demo_command(ctx: Context) -> list[str]:
     run = ["--kind", "demo", "--out", str(ctx.dir("demo") / "run"), "--json", str(ctx.dir("demo") / "figures.json")]
     if ctx.dry_run:  # note: tests/integration/cli/test_demo.py's size
-        return _bench(ctx, "gpu_check_pipeline.py", *run, "--device", "cpu", "--bare-blocks", "100", "--rounds", "1",
-                      "--", "--entities", "100", "--warmup-steps", "5", "--ict-steps", "10", "--steps", "6",
-                      "--refresh.refresh_interval=2", "--refresh.swap_lag=1", "--train.log_interval=2",
-                      "--train.save_interval=6", "--eval.max_examples=40", "--qa-steps", "4", "--qa-dev", "20")
+        return _own(ctx, "gpu_check_pipeline.py", *run, "--device", "cpu", "--bare-blocks", "100", "--rounds", "1",
+                    "--", "--entities", "100", "--warmup-steps", "5", "--ict-steps", "10", "--steps", "6",
+                    "--refresh.refresh_interval=2", "--refresh.swap_lag=1", "--train.log_interval=2",
+                    "--train.save_interval=6", "--eval.max_examples=40", "--qa-steps", "4", "--qa-dev", "20")
     short = [] if ctx.full_pipelines else ["--warmup-steps", "400", "--ict-steps", "300"]
-    return _bench(ctx, "gpu_check_pipeline.py", *run, "--", "--pretrain_config", "configs/pretrain/demo_gpu.yaml",
-                  "--seed", "0", *short)  # fmt: skip
+    return _own(ctx, "gpu_check_pipeline.py", *run, "--", "--pretrain_config", "configs/pretrain/demo_gpu.yaml",
+                "--seed", "0", *short)  # fmt: skip
 
 
 def demo_skip(ctx: Context) -> str | None:
@@ -199,9 +204,9 @@ def real_text_command(ctx: Context) -> list[str]:
         f"--warm_start.copy_curriculum={copy}", "--warm_start.warmup_steps=400", "--warm_start.ict_steps=300",
         "--pretrain_steps=500", "--qa_steps=50"]  # fmt: skip
     # note: the rule tagger, as on every GPU run so far: spaCy is not installable on the GPU machine
-    return _bench(ctx, "gpu_check_pipeline.py", "--kind", "real-text", "--out", str(ctx.dir("real_text") / "run"),
-                  "--json", str(ctx.dir("real_text") / "figures.json"), "--", "--config", "configs/real_text/gpu.yaml",
-                  "--tagging.kind=rule", *files, *short)  # fmt: skip
+    return _own(ctx, "gpu_check_pipeline.py", "--kind", "real-text", "--out", str(ctx.dir("real_text") / "run"),
+                "--json", str(ctx.dir("real_text") / "figures.json"), "--", "--config", "configs/real_text/gpu.yaml",
+                "--tagging.kind=rule", *files, *short)  # fmt: skip
 
 
 def real_text_skip(ctx: Context) -> str | None:
@@ -209,7 +214,8 @@ def real_text_skip(ctx: Context) -> str | None:
         return "dry run: the real-text pipeline takes many minutes on CPU even shortened"
     missing = [name for name in REAL_TEXT_FILES.values() if not (ctx.data / name).is_file()]
     if missing:
-        return f"{ctx.data}: missing {', '.join(missing)} (bash benchmarks/gpu_check.sh --prepare copies them there)"
+        prepare = "bash experiments/full_scale/gpu_check.sh --prepare"
+        return f"{ctx.data}: missing {', '.join(missing)} ({prepare} copies them there)"
     return None
 
 
