@@ -24,7 +24,9 @@ PY=${PYTHON:-python3}
 STASH=.gpu_check
 
 if [ "${1:-}" = --prepare ]; then
-    grep -qx '/.gpu_check/' .git/info/exclude 2>/dev/null || echo '/.gpu_check/' >> .git/info/exclude
+    # note: git's own path for the exclude file, so a worktree (where .git is a file) works too
+    exclude=$(git rev-parse --git-path info/exclude) && mkdir -p "$(dirname "$exclude")"
+    grep -qx '/.gpu_check/' "$exclude" 2>/dev/null || echo '/.gpu_check/' >> "$exclude"
     mkdir -p "$STASH/whl" "$STASH/data"
     pins=$($PY -m pip list --format=freeze 2>/dev/null \
         | grep -iE '^(transformers|datasets|faiss-cpu|dill|multiprocess)==' | tr '\n' ' ')
