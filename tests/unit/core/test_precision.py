@@ -30,6 +30,21 @@ def test_auto_is_bf16_on_cpus_with_native_bf16_for_no_grad_work_only(monkeypatch
     assert precision.resolve_precision("fp32", "cpu") == "fp32" and precision.resolve_precision("bf16", "cpu") == "bf16"
 
 
+@pytest.mark.parametrize("flags, warned", [({"avx2", "fma"}, True), ({"avx512f", "avx512_bf16"}, False)])
+def test_bf16_asked_for_on_a_cpu_without_bf16_instructions_warns_once(monkeypatch, caplog, flags, warned):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset(flags))
+    precision.warn_emulated_bf16.cache_clear()
+    try:
+        with caplog.at_level("WARNING", logger=precision.__name__):
+            for _ in range(3):  # every job of a process resolves its precision: one warning is enough
+                assert precision.resolve_precision("bf16", "cpu", training=True) == "bf16"
+            assert precision.resolve_precision("auto", "cpu") == ("bf16" if not warned else "fp32")
+        emulated = [r for r in caplog.records if "without a bf16 instruction" in r.getMessage()]
+        assert len(emulated) == (1 if warned else 0)
+    finally:
+        precision.warn_emulated_bf16.cache_clear()
+
+
 def test_auto_on_a_gpu_follows_its_bf16_support(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: not including_emulation)
