@@ -30,7 +30,8 @@ from realm.models.retriever import Retriever, RetrieverConfig
 from realm.pretrain.config import PretrainConfig
 from realm.warmstart.ict_train import ICTConfig
 
-CONFIGS = REPO / "configs" / "squad_open"
+CONFIGS = Path(__file__).parent / "configs"
+"""The study's own configs (they moved here from ``configs/squad_open/``), found beside this module."""
 
 
 @dataclass
