@@ -76,14 +76,14 @@ class Part:
         return self.full_timeout_s if ctx.full_pipelines and self.full_timeout_s else self.timeout_s
 
 
-def _bench(ctx: Context, script: str, *args: str) -> list[str]:
-    """``python -m benchmarks.SCRIPT ARGS``: a speed check, run from the repository root (``run_part``'s ``cwd``)."""
-    return [ctx.python, "-m", f"benchmarks.{Path(script).stem}", *args]
+SEARCH, PIPELINE = f"{__package__}.gpu_check_search", f"{__package__}.gpu_check_pipeline"
+"""This study's own parts, run as modules like the speed checks (``benchmarks.step``, ``benchmarks.builder``)."""
 
 
-def _own(ctx: Context, script: str, *args: str) -> list[str]:
-    """``python -m experiments.full_scale.SCRIPT ARGS``: one of this check's own parts, run from the repository root."""
-    return [ctx.python, "-m", f"experiments.full_scale.{Path(script).stem}", *args]
+def _module(ctx: Context, module: str, *args: str) -> list[str]:
+    """``python -m MODULE ARGS`` (a speed check in ``benchmarks``, or one of this study's own parts), run from the
+    repository root (``run_part``'s ``cwd``)."""
+    return [ctx.python, "-m", module, *args]
 
 
 def gpu_test_files() -> list[str]:
@@ -118,7 +118,8 @@ def step_command(name: str, shape: list[str], steps: str) -> Callable[[Context],
                      "--warmup", "1", "--peak-size", "128", "--qa-beam", "6", "--threads", "2"]  # fmt: skip
         else:
             sized = [*shape, "--steps", steps, "--warmup", "3", "--peak-size", "8192"]
-        return _bench(ctx, "step.py", "--bf16", "--prefetch", *sized, "--json", str(ctx.dir(name) / "step.json"))
+        return _module(ctx, "benchmarks.step", "--bf16", "--prefetch", *sized,
+                       "--json", str(ctx.dir(name) / "step.json"))  # fmt: skip
 
     return command
 
@@ -152,8 +153,8 @@ def builder_command(ctx: Context) -> list[str]:
         sized = [*BERT_BASE, "--device", "cuda", "--block-len", "288", "--body-len", "280", "--blocks", "8000",
                  "--embed-blocks", "2000", "--batch", "256", "--rounds", "3", "--processes", "1", "2",
                  "--peak-size", "8192"]  # fmt: skip
-    return _bench(ctx, "builder.py", "--precision", "bf16", "--compare=", *sized,
-                  "--json", str(ctx.dir("builder") / "builder.json"))  # fmt: skip
+    return _module(ctx, "benchmarks.builder", "--precision", "bf16", "--compare=", *sized,
+                   "--json", str(ctx.dir("builder") / "builder.json"))  # fmt: skip
 
 
 def builder_figures(folder: Path) -> dict[str, Any]:
@@ -175,20 +176,20 @@ def builder_figures(folder: Path) -> dict[str, Any]:
 
 def search_command(ctx: Context) -> list[str]:
     sized = ["--rows", "20000", "--dim", "32", "--batches", "1", "8", "--rounds", "2", "--device", "cpu"]
-    return _own(ctx, "gpu_check_search.py", *(sized if ctx.dry_run else ["--device", "cuda"]),
-                "--json", str(ctx.dir("search") / "search.json"))  # fmt: skip
+    return _module(ctx, SEARCH, *(sized if ctx.dry_run else ["--device", "cuda"]),
+                   "--json", str(ctx.dir("search") / "search.json"))  # fmt: skip
 
 
 def demo_command(ctx: Context) -> list[str]:
     run = ["--kind", "demo", "--out", str(ctx.dir("demo") / "run"), "--json", str(ctx.dir("demo") / "figures.json")]
     if ctx.dry_run:  # note: tests/integration/cli/test_demo.py's size
-        return _own(ctx, "gpu_check_pipeline.py", *run, "--device", "cpu", "--bare-blocks", "100", "--rounds", "1",
-                    "--", "--entities", "100", "--warmup-steps", "5", "--ict-steps", "10", "--steps", "6",
-                    "--refresh.refresh_interval=2", "--refresh.swap_lag=1", "--train.log_interval=2",
-                    "--train.save_interval=6", "--eval.max_examples=40", "--qa-steps", "4", "--qa-dev", "20")
+        return _module(ctx, PIPELINE, *run, "--device", "cpu", "--bare-blocks", "100", "--rounds", "1",
+                       "--", "--entities", "100", "--warmup-steps", "5", "--ict-steps", "10", "--steps", "6",
+                       "--refresh.refresh_interval=2", "--refresh.swap_lag=1", "--train.log_interval=2",
+                       "--train.save_interval=6", "--eval.max_examples=40", "--qa-steps", "4", "--qa-dev", "20")
     short = [] if ctx.full_pipelines else ["--warmup-steps", "400", "--ict-steps", "300"]
-    return _own(ctx, "gpu_check_pipeline.py", *run, "--", "--pretrain_config", "configs/pretrain/demo_gpu.yaml",
-                "--seed", "0", *short)  # fmt: skip
+    return _module(ctx, PIPELINE, *run, "--", "--pretrain_config", "configs/pretrain/demo_gpu.yaml",
+                   "--seed", "0", *short)  # fmt: skip
 
 
 def demo_skip(ctx: Context) -> str | None:
@@ -204,9 +205,9 @@ def real_text_command(ctx: Context) -> list[str]:
         f"--warm_start.copy_curriculum={copy}", "--warm_start.warmup_steps=400", "--warm_start.ict_steps=300",
         "--pretrain_steps=500", "--qa_steps=50"]  # fmt: skip
     # note: the rule tagger, as on every GPU run so far: spaCy is not installable on the GPU machine
-    return _own(ctx, "gpu_check_pipeline.py", "--kind", "real-text", "--out", str(ctx.dir("real_text") / "run"),
-                "--json", str(ctx.dir("real_text") / "figures.json"), "--", "--config", "configs/real_text/gpu.yaml",
-                "--tagging.kind=rule", *files, *short)  # fmt: skip
+    return _module(ctx, PIPELINE, "--kind", "real-text", "--out", str(ctx.dir("real_text") / "run"),
+                   "--json", str(ctx.dir("real_text") / "figures.json"), "--", "--config", "configs/real_text/gpu.yaml",
+                   "--tagging.kind=rule", *files, *short)  # fmt: skip
 
 
 def real_text_skip(ctx: Context) -> str | None:
