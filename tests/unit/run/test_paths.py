@@ -19,7 +19,12 @@ def test_moved_root_strips_the_common_trailing_folders(tmp_path: Path) -> None:
     assert moved_root("runs/demo", "/y/runs/demo") is None  # a relative record says nothing about a move
 
 
-def test_locate_prefers_the_run_itself_then_the_recorded_place_then_where_the_move_took_it(tmp_path: Path) -> None:
+def test_locate_prefers_the_run_itself_then_the_recorded_place_then_where_the_move_took_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # note: the last case's relative record resolves against the working directory, which is a checkout where the
+    # README's `realm demo` may have written runs/demo/tokenizer; an empty one keeps that record "not where it was"
+    monkeypatch.chdir(tmp_path)
     old, new = tmp_path / "old" / "demo", tmp_path / "new" / "demo"
     (new / "qa").mkdir(parents=True)
     (new / "blocks").mkdir()
