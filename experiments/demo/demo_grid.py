@@ -11,8 +11,9 @@ its wall changes); runs of more threads than ``cores // jobs`` still run one at 
 
 Run from the repository root:
 ``python -m experiments.demo.demo_grid --seeds 0 1 2 3 4 5 6 7 --threads 1 2 --precisions bf16 --jobs 2 --json runs/grid.json``
-(7-14 minutes a run on 2 cores); any other flag is a ``realm demo`` flag given to every run (a recipe under test:
-``--retriever.center_queries=true --qa_steps=200``).
+(12-35 minutes a run on 2 cores, by CPU and thread count); any other flag is a ``realm demo`` flag given to every run
+(a recipe under test, as screen 4's ``--retriever.center_queries=true --qa_steps=200`` was before it became the
+default).
 """
 
 from __future__ import annotations
