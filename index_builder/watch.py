@@ -43,6 +43,7 @@ from realm.core.tracking import TrackingConfig, finish_builder_run, init_builder
 from realm.core.precision import check_precision
 from realm.index.build_failure import FailedBuild, IndexBuildError, clear_build_failure, record_build_failure
 from realm.index.build_version import build_index_version
+from realm.index.builder_heartbeat import beating
 from realm.index.builder_group import BuilderGroup
 from realm.index.embedding import BuildCancelled
 from realm.index.mips import IndexConfig
@@ -189,13 +190,16 @@ def _tracked(cfg: IndexBuilderConfig, group: BuilderGroup):
 
 @contextlib.contextmanager
 def _hold_run(cfg: IndexBuilderConfig, group: BuilderGroup):
-    """Rank 0 takes the run's builder lock and removes what crashed builders left; if it cannot, every rank fails."""
+    """Rank 0 takes the run's builder lock, beats the run's builder heartbeat while it holds it
+    (``realm.index.builder_heartbeat``) and removes what crashed builders left; if it cannot, every rank fails."""
     index_dir = layout.index_dir(cfg.run_dir)
     with contextlib.ExitStack() as stack:
 
         def take() -> None:
             refusal = f"run directory {cfg.run_dir} is in use by another index builder (one per run); stop it first"
             stack.enter_context(publication.exclusive_lock(index_dir / LOCK_FILE, cfg.lock_timeout_s, refusal))
+            # note: from here until the builder lets go, a trainer waiting for an index knows one is at work
+            stack.enter_context(beating(cfg.run_dir))
             for stale in publication.clean_staging(index_dir):
                 logger.info("removed stale staging folder %s", stale)
             # note: the builder also removes old exports; a kill mid-removal leaves trash there (the exports' staging

@@ -25,6 +25,7 @@ import torch
 from accelerate import Accelerator
 
 from realm.index.build_failure import IndexBuildError
+from realm.index.builder_heartbeat import HEARTBEAT_STALE_S
 from realm.index.versions import PublishedIndex
 from realm.trainer.index_watcher import IndexWaitTimeout, IndexWatcher
 from realm.training.lineage import use_index_version
@@ -118,7 +119,10 @@ class IndexSync:
         self.failure = self.builder_failure() or self.watcher.builder_gave_up()
         if self.failure is not None:
             return _BUILDER_EXITED
-        return _TIMED_OUT if timed_out else _KEEP_WAITING
+        # note: looked at every round, so that the heartbeat's last move is known when the timeout comes; a build's
+        # time grows with the corpus, so a builder at work is waited for past the timeout (builder_heartbeat)
+        busy = self.watcher.builder_alive()
+        return _TIMED_OUT if timed_out and not busy else _KEEP_WAITING
 
     def wait_for_index(self, min_step: int, step: int, timeout_s: float) -> float:
         """Blocks until every process has loaded one same version of step >= ``min_step``, swaps it in, and returns
@@ -129,7 +133,7 @@ class IndexSync:
         A process ahead of the others (it has already seen a newer version) makes them wait for that one.
         """
         start = time.perf_counter()
-        want = min_step
+        want, said_busy = min_step, False
         while True:
             held = self._take_loaded(step)
             if held < want:
@@ -139,6 +143,10 @@ class IndexSync:
             problem = self._wait_problem(timed_out) if held < want else _KEEP_WAITING
             rows = self.gather_ints(held, problem)
             problem = int(rows[:, 1].max())
+            if timed_out and held < want and problem == _KEEP_WAITING and not said_busy:
+                logger.info("no index of step >= %d after %.0f s, but the builder is at work (its heartbeat "
+                            "moves): waiting on", min_step, timeout_s)  # fmt: skip
+                said_busy = True
             if problem == _BUILDER_EXITED:
                 raise IndexBuildError(
                     f"{self.failure or 'the index builder failed on another process'} (the trainer was waiting for "
@@ -146,8 +154,8 @@ class IndexSync:
                 )
             if problem == _TIMED_OUT:
                 raise IndexWaitTimeout(
-                    f"no index of step >= {min_step} appeared in {self.run_dir / 'index'} "
-                    f"within {timeout_s:.0f} s; is the builder running?"
+                    f"no index of step >= {min_step} appeared in {self.run_dir / 'index'} within {timeout_s:.0f} s "
+                    f"and no builder's heartbeat moved in the last {HEARTBEAT_STALE_S:.0f} s; is the builder running?"
                 )
             if self._swap_if_agreed(rows[:, 0], step, min_step):
                 break

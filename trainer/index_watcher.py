@@ -15,6 +15,7 @@ from pathlib import Path
 
 from realm.core.errors import UserError
 from realm.index.build_failure import builder_gave_up
+from realm.index.builder_heartbeat import HeartbeatWatch
 from realm.index.mips import IndexConfig
 from realm.index.versions import PublishedIndex, load_index_version
 from realm.run.layout import INDEX_PREFIX, index_dir
@@ -64,6 +65,7 @@ class IndexWatcher:
         self._failed: set[str] = set()  # version folders that failed to load; thread only
         self._thread: threading.Thread | None = None
         self._created = time.time()
+        self._heartbeat = HeartbeatWatch(self.run_dir)
 
     def start(self) -> "IndexWatcher":
         if self._thread is None:
@@ -135,6 +137,11 @@ class IndexWatcher:
         """Why the run's builder gave up on a build, if it did so since this watcher (the trainer) started, else None:
         how a standalone builder's failure reaches the trainer (``realm.index.build_failure``)."""
         return builder_gave_up(self.run_dir, self._created)
+
+    def builder_alive(self) -> bool:
+        """Whether a builder holds the run and its heartbeat moved within the last minute (``HeartbeatWatch``): a
+        wait for an index outlasts its timeout while one does, since a build's time grows with the corpus."""
+        return self._heartbeat.builder_alive()
 
     # ------------------------------------------------------------------------------------------ thread side
 

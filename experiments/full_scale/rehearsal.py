@@ -13,6 +13,7 @@ DPR's 21M passages on 8 and 64 GPUs (``experiments/full_scale/rehearsal_fit.py``
 
     python -m experiments.full_scale.rehearsal --passages 10000,30000 --out /tmp/rehearsal --json rehearsal.json
     python -m experiments.full_scale.rehearsal --table rehearsal.json      # the markdown tables of a finished run
+    python -m experiments.full_scale.rehearsal --table r100k.json r1m.json --json both.json   # runs of several sizes
 """
 
 from __future__ import annotations
@@ -127,6 +128,32 @@ def summarise(sizes: list[int], by_size: dict[int, dict[str, Any]], names: list[
     return {"passages": sizes, "stages": stages, "projection": projection, "assumptions": assumptions()}
 
 
+def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+    """One rehearsal JSON from several (100k, then 1M on the same machine; or some stages of a size run again): each
+    stage's runs over the union of their sizes, its exponents fitted over all of them, the projection from the
+    largest. Where two JSONs ran the same stage at the same size the later one's run is kept, and the earlier one is
+    named on stderr."""
+    by_size: dict[int, dict[str, Any]] = {}
+    names: list[str] = []
+    for k, result in enumerate(results):
+        for name, stage in result["stages"].items():
+            names += [name] if name not in names else []
+            for n in result["passages"]:
+                runs, run = by_size.setdefault(n, {}), stage["runs"].get(str(n))
+                earlier = runs.get(name, {})
+                if run is None:  # note: a stage that failed or did not run keeps any run another JSON has of it
+                    runs[name] = earlier if "wall_s" in earlier else {"not_run": stage.get("not_run", "not run")}
+                    continue
+                if "wall_s" in earlier:
+                    print(f"[rehearsal] {name} @{n:,}: the run of JSON {k + 1} ({run['wall_s']:.1f} s) replaces an "
+                          f"earlier one ({earlier['wall_s']:.1f} s)", file=sys.stderr)  # fmt: skip
+                runs[name] = run
+    for runs in by_size.values():  # note: a stage one JSON ran and another did not
+        for name in names:
+            runs.setdefault(name, {"not_run": "not in this size's JSON"})
+    return summarise(sorted(by_size), by_size, names)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--passages", default="100000", help="comma-separated corpus sizes, smallest first")
@@ -134,10 +161,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--json", default=None, help="write the figures here")
     parser.add_argument("--stages", default=",".join(STAGE_NAMES), help=f"a subset of {','.join(STAGE_NAMES)}")
     parser.add_argument("--threads", type=int, default=1, help="OpenMP/MKL threads of each stage's processes")
-    parser.add_argument("--table", default=None, metavar="JSON", help="print the markdown tables of a rehearsal JSON")
+    parser.add_argument("--table", nargs="+", default=None, metavar="JSON",
+                        help="print the markdown tables of rehearsal JSONs (several: merged over their sizes)")
     args = parser.parse_args(argv)
     if args.table:
-        print(markdown(json.loads(Path(args.table).read_text(encoding="utf-8"))))
+        results = [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.table]
+        try:
+            result = results[0] if len(results) == 1 else merge(results)
+        except ValueError as err:
+            parser.error(str(err))
+        write_json(args.json, result)
+        print(markdown(result))
         return
     sizes = sorted(int(n) for n in args.passages.split(","))
     names = [n for n in args.stages.split(",") if n]

@@ -19,6 +19,8 @@ RUN/
   index/BUILD_FAILED            why the builder gave up on a build (JSON; BUILD_FAILED, realm.index.build_failure):
                                 written atomically before it exits, removed when a builder starts; a trainer waiting
                                 for an index stops with its reason
+  index/BUILDER_HEARTBEAT       touched every few seconds while a builder holds the run (BUILDER_HEARTBEAT,
+                                realm.index.builder_heartbeat); a trainer waiting for an index waits on while it moves
   */.trash-<uuid>/              a removal a kill cut short: never read, removed by any process (clean_trash)
   DONE                          the trainer has finished, so a standalone builder may exit
   .trainer.lock                 held by the run's trainer (one per run; TRAINER_LOCK), its pid written in it
@@ -66,6 +68,7 @@ CHECKPOINTS_DIR, CHECKPOINT_PREFIX = "checkpoints", "step-"
 RETRIEVER_DIR, RETRIEVER_PREFIX = "retriever", "step-"
 INDEX_DIR, INDEX_PREFIX = "index", "v-"
 BUILD_FAILED = "BUILD_FAILED"
+BUILDER_HEARTBEAT = "BUILDER_HEARTBEAT"
 DONE = "DONE"
 CONFIG_FILE, METRICS_FILE, RETRIEVALS_FILE = "config.yaml", "metrics.jsonl", "retrievals.jsonl"
 SUMMARY_FILE = "summary.json"

@@ -24,6 +24,7 @@ from realm.index.mips import BruteForceIndex
 from realm.index_builder.watch import IndexBuilderConfig, main, run_builder
 from realm.models.retriever import Retriever
 from realm.run import layout, live_index, publication
+from realm.trainer.index_watcher import IndexWatcher
 from tests.helpers import MAX_BLOCK_LENGTH, ROOT, builder_pids, export_tiny, make_run, subprocess_env
 
 REPO = ROOT
@@ -126,10 +127,17 @@ def test_polling_builder_follows_exports_and_exits_when_the_run_is_done(run):
     cfg = IndexBuilderConfig(run_dir=str(run_dir), poll_interval_s=0.02, batch_size=16, keep_versions=1)
     builder = threading.Thread(target=run_builder, args=(cfg,))
     builder.start()
+    # while it holds the run, the builder's heartbeat tells a waiting trainer that one is at work
+    heartbeat = layout.index_dir(run_dir) / layout.BUILDER_HEARTBEAT
+    deadline = time.monotonic() + 30
+    while not heartbeat.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert IndexWatcher(run_dir).builder_alive()
     export(run, 5)
     layout.mark_done(run_dir)  # the trainer's last export is written before DONE
     builder.join(timeout=60)
     assert not builder.is_alive()
+    assert not heartbeat.exists()  # it let go of the run
     assert versions.load_index_version(live_index.current_index_version(run_dir)).step == 5
     assert [s for s, _ in publication.list_published(layout.index_dir(run_dir), layout.INDEX_PREFIX)] == [5]  # keep_versions=1
     # with everything indexed and DONE written, a fresh builder exits at once
@@ -143,6 +151,7 @@ def test_second_builder_on_the_same_run_is_refused_after_the_lock_timeout(run):
         with pytest.raises(RuntimeError, match="another index builder"):
             run_builder(IndexBuilderConfig(run_dir=str(run_dir), once=True, lock_timeout_s=0.5))
         assert time.monotonic() - t0 >= 0.5  # it waited for a holder that might be stopping
+        assert not (layout.index_dir(run_dir) / layout.BUILDER_HEARTBEAT).exists()  # the refused one never beat
 
 
 def test_a_builder_waits_for_a_lock_its_dying_holder_releases(run):

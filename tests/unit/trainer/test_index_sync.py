@@ -21,6 +21,7 @@ class FakeWatcher:
     def __init__(self) -> None:
         self.loaded: list[SimpleNamespace] = []
         self.lock = threading.Lock()
+        self.heartbeat = None  # a HeartbeatWatch, for a test with a builder's heartbeat
 
     def publish(self, step: int) -> None:
         with self.lock:
@@ -32,6 +33,9 @@ class FakeWatcher:
 
     def builder_gave_up(self) -> None:
         return None  # note: no builder failure recorded in the run
+
+    def builder_alive(self) -> bool:
+        return self.heartbeat is not None and self.heartbeat.builder_alive()  # note: by default no builder's heartbeat
 
     def wait_for(self, min_step: int, timeout_s: float):
         deadline = time.monotonic() + timeout_s
@@ -107,6 +111,29 @@ def test_no_index_within_the_timeout_is_an_error(tmp_path):
     sync, _ = _sync(tmp_path)
     with pytest.raises(TimeoutError, match="no index of step >= 0 appeared"):
         sync.wait_for_index(0, step=0, timeout_s=0.5)
+
+
+def test_a_builder_at_work_is_waited_for_past_the_timeout_and_one_whose_heartbeat_stops_is_not(tmp_path, caplog):
+    """The first index of a large corpus outlasts any fixed timeout (1M blocks: about 18 minutes on 2 CPU cores): the
+    wait goes on while the builder's heartbeat (``index/BUILDER_HEARTBEAT``) moves, and ends once it stops."""
+    from realm.index.builder_heartbeat import HeartbeatWatch, beating
+
+    sync, watcher = _sync(tmp_path)
+    watcher.heartbeat = HeartbeatWatch(tmp_path, stale_s=1.0)
+    with beating(tmp_path, interval_s=0.1) as path:
+        assert IndexWatcher(tmp_path).builder_alive()  # the trainer's watcher reads the same file
+        threading.Timer(2.0, watcher.publish, args=(0,)).start()
+        with caplog.at_level("INFO", logger="realm.trainer.index_sync"):
+            waited = sync.wait_for_index(0, step=0, timeout_s=0.5)
+    assert waited > 1.9 and sync.index.step == 0
+    assert "no index of step >= 0 after 0 s, but the builder is at work" in caplog.text
+    assert not path.exists() and not IndexWatcher(tmp_path).builder_alive()  # the builder let go: no heartbeat
+    # a builder killed with SIGKILL leaves its heartbeat behind, unmoved: the wait ends once it is stale
+    path.touch()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError, match="no builder's heartbeat moved in the last 60 s"):
+        sync.wait_for_index(1, step=1, timeout_s=0.2)
+    assert 0.9 < time.monotonic() - started < 4
 
 
 def test_a_builder_that_gave_up_ends_the_wait_at_once_with_its_reason_and_an_older_record_is_ignored(tmp_path):

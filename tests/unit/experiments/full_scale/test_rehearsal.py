@@ -5,6 +5,7 @@ and that the opt-in ``scale`` tests stay out of a default ``pytest`` run."""
 from __future__ import annotations
 
 import importlib
+import json
 import math
 import subprocess
 import sys
@@ -154,3 +155,35 @@ def test_memory_bounds_grow_with_n_only_through_the_index(tmp_path):
     # under BlockStore's in_memory_limit (200k blocks) the bounds carry its block lists; above it they do not
     lists = [stages._block_lists_bytes(stages.Context(out=tmp_path, num_passages=n, tokenizer="")) for n in (1e5, 1e6)]
     assert lists == [int(100_000 * stages.BLOCKS_PER_PASSAGE) * stages.BLOCK_LIST_BYTES_PER_BLOCK, 0]
+
+
+def _single_size(n, wall, failed=None):
+    """A rehearsal JSON of one size, as ``main`` writes it: ``data`` ran (``wall`` seconds), ``tag`` ran or failed."""
+    run = {"wall_s": wall, "peak_rss_bytes": 1 << 30, "peak_anon_bytes": 1 << 29, "bound_bytes": 2 << 30}
+    tag = {"failed": failed} if failed else dict(run)
+    return rehearsal.summarise([n], {n: {"data": run, "tag": tag}}, ["data", "tag"])
+
+
+def test_table_merges_runs_of_other_sizes_and_fits_exponents_over_all_of_them(tmp_path, capsys):
+    small, large = _single_size(100_000, 10.0), _single_size(1_000_000, 100.0, failed="tag: killed")
+    merged = rehearsal.merge([large, small])
+    assert merged["passages"] == [100_000, 1_000_000]
+    assert merged["stages"]["data"]["wall_exponent"] == pytest.approx(1.0)  # ×10 the wall for ×10 the passages
+    assert merged["stages"]["data"]["runs"].keys() == {"100000", "1000000"}
+    # the failure at 1M stays named; the 100k run is kept
+    assert merged["stages"]["tag"]["runs"].keys() == {"100000"} and merged["stages"]["tag"]["not_run"] == "tag: killed"
+    # stages of one size run again: the later run is kept, the failure it fixes is gone, and the earlier run is named
+    rerun = rehearsal.summarise([1_000_000], {1_000_000: {"tag": dict(small["stages"]["data"]["runs"]["100000"])}},
+                                ["tag"])  # fmt: skip
+    again = rehearsal.merge([small, large, rerun])
+    assert again["stages"]["tag"]["runs"].keys() == {"100000", "1000000"} and "not_run" not in again["stages"]["tag"]
+    assert again["stages"]["data"]["runs"]["1000000"]["wall_s"] == 100.0  # not run again: the first run stays
+    assert rehearsal.merge([again, _single_size(1_000_000, 80.0)])["stages"]["data"]["runs"]["1000000"]["wall_s"] == 80
+    assert "data @1,000,000: the run of JSON 2 (80.0 s) replaces an earlier one (100.0 s)" in capsys.readouterr().err
+    # the CLI: several JSONs in, one merged JSON and table out
+    paths = [tmp_path / "r100k.json", tmp_path / "r1m.json"]
+    for path, result in zip(paths, (small, large)):
+        path.write_text(json.dumps(result), encoding="utf-8")
+    rehearsal.main(["--table", *map(str, paths), "--json", str(tmp_path / "both.json")])
+    assert "| data | " in capsys.readouterr().out
+    assert json.loads((tmp_path / "both.json").read_text(encoding="utf-8"))["passages"] == [100_000, 1_000_000]
