@@ -49,7 +49,7 @@ class RefreshConfig:
     initial_index_timeout_s: float = 600.0
     """How long to wait for an index (the first one, or one past ``max_staleness``) before giving up with an error,
     unless a builder is at work on the run: its heartbeat moves (``realm.index.builder_heartbeat``), since a build's
-    time grows with the corpus (about 18 minutes for 1M blocks on 2 CPU cores, hours for 21M on one GPU)."""
+    time grows with the corpus (about 20 minutes for 1M blocks on 2 CPU cores, hours for 21M on one GPU)."""
     builder_restarts: int = 2
     """How many times the trainer restarts a child builder that died before it stops the run."""
     keep_exports: int = 3

@@ -114,7 +114,7 @@ def test_no_index_within_the_timeout_is_an_error(tmp_path):
 
 
 def test_a_builder_at_work_is_waited_for_past_the_timeout_and_one_whose_heartbeat_stops_is_not(tmp_path, caplog):
-    """The first index of a large corpus outlasts any fixed timeout (1M blocks: about 18 minutes on 2 CPU cores): the
+    """The first index of a large corpus outlasts any fixed timeout (1M blocks: about 20 minutes on 2 CPU cores): the
     wait goes on while the builder's heartbeat (``index/BUILDER_HEARTBEAT``) moves, and ends once it stops."""
     from realm.index.builder_heartbeat import HeartbeatWatch, beating
 
