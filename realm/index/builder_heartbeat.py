@@ -40,18 +40,21 @@ def beating(run_dir: str | Path, interval_s: float = HEARTBEAT_INTERVAL_S) -> It
     path.parent.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
 
-    def beat() -> None:
-        warned = False
-        while True:
-            try:
-                path.touch()
-            except OSError as err:
-                if not warned:
-                    logger.warning("cannot touch the heartbeat %s: %s (a waiting trainer may give up)", path, err)
-                    warned = True
-            if stop.wait(interval_s):
-                return
+    warned = threading.Event()
 
+    def touch() -> None:
+        try:
+            path.touch()
+        except OSError as err:
+            if not warned.is_set():
+                logger.warning("cannot touch the heartbeat %s: %s (a waiting trainer may give up)", path, err)
+                warned.set()
+
+    def beat() -> None:
+        while not stop.wait(interval_s):
+            touch()
+
+    touch()  # note: before the block starts, so that a trainer looking at once already sees a builder at work
     thread = threading.Thread(target=beat, name="builder-heartbeat", daemon=True)
     thread.start()
     try:
