@@ -166,10 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.table:
         results = [json.loads(Path(path).read_text(encoding="utf-8")) for path in args.table]
-        try:
-            result = results[0] if len(results) == 1 else merge(results)
-        except ValueError as err:
-            parser.error(str(err))
+        result = results[0] if len(results) == 1 else merge(results)
         write_json(args.json, result)
         print(markdown(result))
         return

@@ -38,9 +38,7 @@ def beating(run_dir: str | Path, interval_s: float = HEARTBEAT_INTERVAL_S) -> It
     it; yields its path. A touch that fails (a full or read-only disk) is logged once and retried at the next beat."""
     path = index_dir(run_dir) / BUILDER_HEARTBEAT
     path.parent.mkdir(parents=True, exist_ok=True)
-    stop = threading.Event()
-
-    warned = threading.Event()
+    stop, warned = threading.Event(), threading.Event()
 
     def touch() -> None:
         try:
