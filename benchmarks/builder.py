@@ -7,7 +7,9 @@ Measures, in one run on one machine (no time is asserted anywhere):
   assembly, FAISS, publish; process start-up excluded) and of the embedding alone, and the 2/1 speed-up;
 - (b) ``embed_blocks`` (what every rank runs: Arrow reads, packing, forward, projection, writes into the memmap)
   against a bare ``BertModel`` forward over exactly the same padded batches (built beforehand, in the same
-  length-sorted order), in alternating rounds; the ratio is the median over rounds (target >= 0.9);
+  length-sorted order), in alternating rounds; the ratio is the median over rounds (target >= 0.9); and the loader
+  alone (Arrow reads and packing, no model: what ``embed_blocks``'s loader thread must keep ahead of the forward):
+  its blocks/s against the bare forward's says whether the device can be kept busy at all;
 - (c) the projected time of one full REALM refresh, 13,353,718 blocks x 288 wordpieces through BERT-base (forward
   FLOPs counted as in ``benchmarks/step.py``), on 1 and 8 devices, at ``--gpu-tflops`` (or, without it, this run's
   measured ``torch.mm`` peak in ``--precision`` on ``--device``) and at the embedding's measured share of this run's
@@ -182,6 +184,12 @@ def embed_vs_bare(embedder, blocks: datasets.Dataset, special: SpecialIds, args:
         embed_blocks(embedder, sub, special, args.block_len, args.batch, out)  # ends with a copy to host memory
         embed_s.append(time.perf_counter() - t0)
     ratios = [b / e for b, e in zip(bare_s, embed_s)]
+    loader_s = []
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        for _ in packed_batches(sub, np.arange(len(sub)), order, special, args.block_len, args.batch, pin=False):
+            pass
+        loader_s.append(time.perf_counter() - t0)
     seq_flops = sum(forward_flops(embedder.config, *b["input_ids"].shape, args.embed_dim) for b in batches)
     return {
         "blocks": len(sub),
@@ -189,6 +197,7 @@ def embed_vs_bare(embedder, blocks: datasets.Dataset, special: SpecialIds, args:
         "bare_blocks_per_s": len(sub) / statistics.median(bare_s),
         "embed_blocks_per_s": len(sub) / statistics.median(embed_s),
         "embed_over_bare": statistics.median(ratios),
+        "loader_blocks_per_s": len(sub) / statistics.median(loader_s),
         "embed_flops_per_s": seq_flops / statistics.median(embed_s),
     }
 
@@ -281,7 +290,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(
         f"(b) embed_blocks {e['embed_blocks_per_s']:.0f} blocks/s vs bare BertModel forward "
         f"{e['bare_blocks_per_s']:.0f} blocks/s, same padded batches of {e['blocks']} blocks: "
-        f"{100 * e['embed_over_bare']:.1f}% (target >= 90%)"
+        f"{100 * e['embed_over_bare']:.1f}% (target >= 90%); the loader alone {e['loader_blocks_per_s']:.0f} "
+        f"blocks/s ({e['loader_blocks_per_s'] / e['bare_blocks_per_s']:.1f}x the bare forward)"
     )
     print(
         f"(c) {args.precision} matmul peak {peak / 1e9:.1f} GFLOP/s; "

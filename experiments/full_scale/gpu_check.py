@@ -2,14 +2,14 @@
 H100/H200, written to one JSON that the table is made from.
 
 Each part (``experiments/full_scale/gpu_check_parts.py``: the GPU-touching tests, the trainer step at BERT-base and demo
-shapes, the builder at BERT-base, exact ``TorchIndex`` search at 13.35M x 128 fp16, the GPU demo, the real-text GPU
-config) runs as its own process group with its own time limit, its output in ``OUT/NAME.log``; one that fails or
-overruns is recorded as ``failed`` or ``timeout`` (its process group killed) and the next one runs; no part is given
-more than the budget has left. The JSON (``--json``, default ``OUT/gpu_check.json``) is rewritten after every part, so a
-check stopped from outside keeps what it had: the machine (GPU, torch, CUDA, library versions, the bf16 ``torch.mm``
-peak), then per part its status (ok, failed, timeout, skipped), seconds, limit, command, reason and figures (and the end
-of its log when it did not succeed). Run from the repository root (``experiments/full_scale/gpu_check.sh`` sets up the
-GPU machine first)::
+shapes, the builder at BERT-base, exact ``TorchIndex`` search at 13.35M x 128 fp16, the GPU demo; the real-text GPU
+config, about 5 minutes, only when ``--parts`` names it) runs as its own process group with its own time limit, its
+output in ``OUT/NAME.log``; one that fails or overruns is recorded as ``failed`` or ``timeout`` (its process group
+killed) and the next one runs; no part is given more than the budget has left. The JSON (``--json``, default
+``OUT/gpu_check.json``) is rewritten after every part, so a check stopped from outside keeps what it had: the machine
+(GPU, torch, CUDA, library versions, the bf16 ``torch.mm`` peak), then per part its status (ok, failed, timeout,
+skipped), seconds, limit, command, reason and figures (and the end of its log when it did not succeed). Run from the
+repository root (``experiments/full_scale/gpu_check.sh`` sets up the GPU machine first)::
 
     python -m experiments.full_scale.gpu_check [--out runs/gpu_check] [--parts search demo] [--budget 480]
     python -m experiments.full_scale.gpu_check --dry-run     # CPU, every shape shrunk, the same code paths (~1.5 min)
@@ -202,7 +202,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--dry-run", action="store_true", help="CPU, every shape shrunk, the same code paths")
     p.add_argument("--pipelines", action="store_true", help="dry run: also the demo at CI size (about 1.5 min)")
     p.add_argument("--full-pipelines", action="store_true",
-                   help="every pipeline stage at its config's length: with --parts demo real_text --budget 520")
+                   help="every pipeline stage at its config's length: one pipeline a command, --parts demo (or "
+                        "real_text) --budget 520")
     p.add_argument("--data", default=str(REPO / ".gpu_check" / "data"), help="the real-text data files' folder")
     p.add_argument("--table", metavar="JSON", nargs="+", help="print docs/performance.md's rows from check JSONs")
     p.add_argument("--describe", metavar="PATH", help=argparse.SUPPRESS)
@@ -218,7 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         print(markdown([json.loads(Path(path).read_text(encoding="utf-8")) for path in args.table]))
         return 0
     ctx = Context(out=Path(args.out).resolve(), dry_run=args.dry_run, pipelines_in_dry_run=args.pipelines,
-                  full_pipelines=args.full_pipelines, data=Path(args.data).resolve())  # fmt: skip
+                  full_pipelines=args.full_pipelines, requested=tuple(args.parts or ()),
+                  data=Path(args.data).resolve())  # fmt: skip
     json_path = Path(args.json).resolve() if args.json else ctx.out / "gpu_check.json"
     result = run_check(select(args.parts), ctx, args.budget, json_path)
     print(markdown([result]))

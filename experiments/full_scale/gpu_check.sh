@@ -30,6 +30,12 @@ if [ "${1:-}" = --prepare ]; then
     mkdir -p "$STASH/whl" "$STASH/data"
     pins=$($PY -m pip list --format=freeze 2>/dev/null \
         | grep -iE '^(transformers|datasets|faiss-cpu|dill|multiprocess)==' | tr '\n' ' ')
+    # note: a python3 outside the project's environment (a pyenv shim, say) lists none of them
+    [ "$(echo "$pins" | wc -w)" -eq 5 ] || {
+        echo "--prepare: $PY -m pip lists '$pins', not all of transformers, datasets, faiss-cpu, dill and" \
+            "multiprocess: run it with the project's environment active, or PYTHON=/path/to/its/python" >&2
+        exit 1
+    }
     # shellcheck disable=SC2086  # note: one word a pin
     $PY -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \

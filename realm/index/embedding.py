@@ -25,7 +25,7 @@ import torch
 from realm.core.atomic import check_free_space, disk_writes
 from realm.core.logging import progress
 from realm.core.prefetch import Prefetcher
-from realm.data.packing import SpecialIds, block_batch
+from realm.data.packing import Ragged, SpecialIds, pack_blocks
 from realm.models.retriever import Embedder
 
 logger = logging.getLogger(__name__)
@@ -88,13 +88,15 @@ def packed_batches(
     pin: bool,
 ) -> Iterator[tuple[np.ndarray, dict[str, torch.Tensor]]]:
     """(positions in ``rows``, packed inputs) of each batch of ``order``, read ``_READ_BATCHES`` batches at a time."""
-    columns = blocks.select_columns(["title_ids", "body_ids"])
+    # note: Arrow in, arrays out: no Python list of wordpieces (lists held the GIL long enough to starve a GPU)
+    columns = blocks.select_columns(["title_ids", "body_ids"]).with_format("arrow")
     for first in range(0, len(order), batch_size * _READ_BATCHES):
         chunk = order[first : first + batch_size * _READ_BATCHES]
-        data = columns[rows[chunk]]
+        table = columns[rows[chunk]]
+        titles, bodies = Ragged.from_arrow(table.column("title_ids")), Ragged.from_arrow(table.column("body_ids"))
         for start in range(0, len(chunk), batch_size):
             end = start + batch_size
-            inputs = block_batch(data["title_ids"][start:end], data["body_ids"][start:end], special, max_block_length)
+            inputs = pack_blocks(titles.slice(start, end), bodies.slice(start, end), special, max_block_length)
             yield chunk[start:end], ({k: t.pin_memory() for k, t in inputs.items()} if pin else inputs)
 
 

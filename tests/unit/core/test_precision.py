@@ -112,7 +112,9 @@ def test_a_bf16_job_trains_under_autocast_with_fp32_weights_and_optimizer_state(
     model = RealmModel.from_config(TINY, RetrieverConfig(embed_dim=8)).retriever.query_embedder
     loop = TrainingLoop.prepare(accelerator, LoopConfig(run_dir=str(tmp_path), max_steps=2), OptimConfig(lr=1e-3),
                                 model, {}, max_length=6)  # fmt: skip
-    assert loop.model.config._attn_implementation == "eager"  # the job's model got the kernel of its precision
+    # the job's model got the kernel of its precision and device (eager on CPU at this length; a GPU keeps sdpa)
+    want = "eager" if accelerator.device.type == "cpu" else "sdpa"
+    assert loop.model.config._attn_implementation == want
     ids, mask = torch.randint(5, 64, (4, 6)), torch.ones(4, 6, dtype=torch.long)
     seen = []
     loop.model.projection.register_forward_hook(lambda module, args, output: seen.append(output.dtype))

@@ -135,3 +135,19 @@ def test_live_builds_leave_out_the_first_index_built_before_training(tmp_path):
     for step in (100, 200):
         (tmp_path / "index" / f"v-{step:08d}" / "manifest.json").unlink()
     assert pipeline.live_builds(tmp_path)["build_blocks_per_s_total"] == 1000.0  # only one: that one
+
+
+def test_the_real_text_pipeline_runs_only_when_named_and_the_8_minute_check_leaves_it_out(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    for name in parts.REAL_TEXT_FILES.values():
+        (data / name).write_text("{}")
+    real_text = next(part for part in parts.PARTS if part.name == "real_text")
+    default = parts.Context(out=tmp_path, data=data, requested=())
+    assert "--parts real_text" in real_text.skip(default)
+    named = parts.Context(out=tmp_path, data=data, requested=("real_text",))
+    assert real_text.skip(named) is None
+    # the parts the plain command runs keep their expected times (the first H200 check's) inside the budget
+    expected = {"step_bert_base": 45, "step_demo": 16, "builder": 79, "search": 17, "demo": 200, "tests": 85}
+    assert sum(expected.values()) < gpu_check.BUDGET_S
+    assert all(part.timeout_s > expected[part.name] for part in parts.PARTS if part.name in expected)
