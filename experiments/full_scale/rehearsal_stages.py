@@ -11,9 +11,9 @@ Memory bounds (``Stage.bound_bytes``, checked against the tree's peak anonymous 
 ``experiments/full_scale/rehearsal_measure.py``): a fixed allowance per Python process of the stage's tree, the model's
 weights (times the optimizer's copies where it trains), its activations where it trains, what a config caps (the
 tagger's shard of ``shard_size`` lines a worker, the warm-up's ``task.max_blocks`` sample, evaluation's
-``eval.exact_chunk_blocks``), and, for the stages that hold an index, the index the budget arithmetic expects
-(``realm.index.budget.expected_index_bytes``). Nothing else in a bound grows with N: a stage whose peak does is holding
-per-block state the recipe did not budget for.
+``eval.exact_chunk_blocks``, evaluation's reader outputs over the vocabulary), and, for the stages that hold an index,
+the index the budget arithmetic expects (``realm.index.budget.expected_index_bytes``). Nothing else in a bound grows
+with N: a stage whose peak does is holding per-block state the recipe did not budget for.
 """
 
 from __future__ import annotations
@@ -170,6 +170,24 @@ def _streamed_search_bytes() -> int:
     return chunk * (EMBED_DIM + min(EVAL_EXAMPLES, QUERY_BLOCK)) * 4 + EVAL_EXAMPLES * EVAL_K * 12
 
 
+MLM_OUTPUT_COPIES = 3
+"""Evaluation's largest tensors: the reader's [B x K, M, V] log-probabilities over the vocabulary at the masked
+positions (the head's logits, their log-softmax, and the marginal over K that ``RealmModel.forward`` takes for its
+predictions). Measured at 100k blocks (a sampling thread recording the stack at each new anonymous peak): 0.97 GiB
+before the first forward, 1.16 GiB at its peak inside that marginal; the process allowance alone left this out."""
+VOCAB_SIZE = 30_522
+
+
+def _mlm_output_bytes() -> int:
+    """The evaluation's [B, K, M, V] float32 tensors as ``configs/pretrain/tiny.yaml`` sizes them:
+    ``eval.batch_size`` queries, ``retriever.num_candidates`` slots, at most ``max_query_length - 2`` masked
+    wordpieces, BERT's vocabulary."""
+    config = yaml.safe_load((REPO / "configs" / "pretrain" / "tiny.yaml").read_text(encoding="utf-8"))
+    retriever = config["retriever"]
+    masked = retriever["max_query_length"] - 2
+    return MLM_OUTPUT_COPIES * config["eval"]["batch_size"] * retriever["num_candidates"] * masked * VOCAB_SIZE * 4
+
+
 def _tag_bound(ctx: Context) -> int:
     """The caller and its workers, each worker holding one shard (``TagStageConfig.shard_size`` lines) at most."""
     lines = TagStageConfig().shard_size
@@ -265,6 +283,7 @@ STAGES: tuple[Stage, ...] = (
     *(_search_stage(name) for name in FACTORIES),
     Stage(name="evaluate", cost="per-block", shapes=f"tiny, exact streamed search, {EVAL_EXAMPLES} held-out",
           argv=_realm("evaluate-mlm", "{R}/train", "--max-examples", str(EVAL_EXAMPLES), "--json", "{R}/heldout.json"),
-          bound_bytes=lambda ctx: PROCESS_BYTES + _streamed_search_bytes() + _block_lists_bytes(ctx)),
+          bound_bytes=lambda ctx: PROCESS_BYTES + _streamed_search_bytes() + _mlm_output_bytes()
+          + _block_lists_bytes(ctx)),
 )
 STAGE_NAMES = tuple(stage.name for stage in STAGES)
