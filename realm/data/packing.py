@@ -84,8 +84,9 @@ def pad(sequences: Sequence[Sequence[int]], pad_id: int, length: int | None = No
 class Ragged:
     """Sequences of wordpieces as one flat array and offsets (Arrow's list layout): sequence ``i`` is
     ``values[offsets[i]:offsets[i + 1]]``. Batches are packed from it with array operations, with no Python list of
-    wordpieces in between: the index builder's loader thread packs about 80,000 BERT-base blocks a second this way on
-    one core here, against 5,200 from lists, too few to keep an H200 busy (6,800 a second in a bare forward)."""
+    wordpieces in between: the index builder's loader thread packs about 63,000 BERT-base blocks a second this way on
+    a 2-core EPYC (``benchmarks/builder.py``), against 5,260 from lists, too few to keep an H200 busy (6,800 a second
+    in a bare forward)."""
 
     values: np.ndarray
     """[T] wordpiece ids, every sequence's one after another."""
