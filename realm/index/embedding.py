@@ -111,6 +111,7 @@ def embed_blocks(
     *,
     rows: np.ndarray | None = None,
     should_stop: Callable[[], bool] | None = None,
+    lengths: np.ndarray | None = None,
 ) -> None:
     """Writes the document embedding of block ``rows[i]`` into ``out[i]``.
 
@@ -124,6 +125,8 @@ def embed_blocks(
         device: where inputs go; defaults to the embedder's device (the model is never moved here).
         rows: [M] block ids to embed (a shard); defaults to all blocks, so ``out[i]`` is block ``i``.
         should_stop: polled between batches; when it returns True, ``BuildCancelled`` is raised.
+        lengths: [N] ``block_lengths(blocks, max_block_length)``, when the caller has them already (a caller that
+            embeds the corpus chunk by chunk computes them once, not once a chunk).
     """
     rows = np.arange(len(blocks), dtype=np.int64) if rows is None else np.asarray(rows, dtype=np.int64)
     embed_dim = embedder.projection.out_features
@@ -133,7 +136,8 @@ def embed_blocks(
         raise ValueError(f"batch_size must be positive, got {batch_size}")
     device = torch.device(device) if device is not None else next(embedder.parameters()).device
     # note: stable sort of shard positions by length; lengths of all blocks are cheap (Arrow metadata only).
-    order = np.argsort(block_lengths(blocks, max_block_length)[rows], kind="stable")
+    lengths = block_lengths(blocks, max_block_length) if lengths is None else lengths
+    order = np.argsort(lengths[rows], kind="stable")
     cuda = device.type == "cuda"
     batches = packed_batches(blocks, rows, order, special, max_block_length, batch_size, pin=cuda)
     was_training = embedder.training

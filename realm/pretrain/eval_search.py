@@ -25,7 +25,7 @@ import torch
 from realm.core.errors import RunError
 from realm.data.packing import SpecialIds
 from realm.index.build_version import blocks_fingerprint
-from realm.index.embedding import embed_blocks
+from realm.index.embedding import block_lengths, embed_blocks
 from realm.index.versions import PublishedIndex, load_index_version
 from realm.models.retriever import Embedder
 from realm.pretrain.config import EVAL_SEARCH_MODES
@@ -96,8 +96,10 @@ def embedded_chunks(
     if chunk_blocks <= 0:
         raise ValueError(f"chunk_blocks must be positive, got {chunk_blocks}")
     dim = embedder.projection.out_features
+    # note: once, not once a chunk: every chunk's length sort would otherwise read all N blocks' lengths again
+    lengths = block_lengths(blocks, max_block_length)
     for start in range(0, len(blocks), chunk_blocks):
         rows = np.arange(start, min(start + chunk_blocks, len(blocks)), dtype=np.int64)
         out = np.empty((len(rows), dim), dtype=np.float32)
-        embed_blocks(embedder, blocks, special, max_block_length, batch_size, out, rows=rows)
+        embed_blocks(embedder, blocks, special, max_block_length, batch_size, out, rows=rows, lengths=lengths)
         yield torch.from_numpy(out)

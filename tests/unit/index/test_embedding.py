@@ -58,3 +58,19 @@ def test_a_cancelled_build_stops_the_loader(world):
             embedder, blocks, special, MAX_BLOCK_LENGTH, 2, out, should_stop=lambda: polls.append(1) or len(polls) > 2
         )
     assert not [t for t in threading.enumerate() if t.name == "block-loader"]
+
+
+def test_chunked_embedding_reads_the_corpus_lengths_once_and_equals_one_pass(world, monkeypatch):
+    from realm.pretrain import eval_search
+
+    embedder, blocks, special = world
+    calls = []
+    counted = embedding.block_lengths
+    monkeypatch.setattr(eval_search, "block_lengths", lambda *a: calls.append(1) or counted(*a), raising=False)
+    monkeypatch.setattr(embedding, "block_lengths", lambda *a: calls.append(1) or counted(*a))
+    chunks = list(eval_search.embedded_chunks(embedder, blocks, special, MAX_BLOCK_LENGTH, 10, batch_size=4))
+    assert [len(c) for c in chunks] == [10, 10, 10, 7]
+    assert len(calls) == 1  # note: not once a chunk, which at 21M blocks is hundreds of passes over all N lengths
+    whole = np.zeros((NUM_BLOCKS, embedder.projection.out_features), dtype=np.float32)
+    embed_blocks(embedder, blocks, special, MAX_BLOCK_LENGTH, 4, whole)
+    np.testing.assert_allclose(torch.cat(chunks).numpy(), whole, rtol=1e-4, atol=1e-5)
