@@ -170,6 +170,11 @@ def _streamed_search_bytes() -> int:
     return chunk * (EMBED_DIM + min(EVAL_EXAMPLES, QUERY_BLOCK)) * 4 + EVAL_EXAMPLES * EVAL_K * 12
 
 
+def _config(name: str) -> dict:
+    """A config file of ``configs/`` as the stage's command reads it."""
+    return yaml.safe_load((REPO / "configs" / name).read_text(encoding="utf-8"))
+
+
 MLM_OUTPUT_COPIES = 3
 """Evaluation's largest tensors: the reader's [B x K, M, V] log-probabilities over the vocabulary at the masked
 positions (the head's logits, their log-softmax, and the marginal over K that ``RealmModel.forward`` takes for its
@@ -182,7 +187,7 @@ def _mlm_output_bytes() -> int:
     """The evaluation's [B, K, M, V] float32 tensors as ``configs/pretrain/tiny.yaml`` sizes them:
     ``eval.batch_size`` queries, ``retriever.num_candidates`` slots, at most ``max_query_length - 2`` masked
     wordpieces, BERT's vocabulary."""
-    config = yaml.safe_load((REPO / "configs" / "pretrain" / "tiny.yaml").read_text(encoding="utf-8"))
+    config = _config("pretrain/tiny.yaml")
     retriever = config["retriever"]
     masked = retriever["max_query_length"] - 2
     return MLM_OUTPUT_COPIES * config["eval"]["batch_size"] * retriever["num_candidates"] * masked * VOCAB_SIZE * 4
@@ -196,7 +201,7 @@ def _tag_bound(ctx: Context) -> int:
 
 def _warmup_bound(ctx: Context) -> int:
     """Training BERT-base, plus the sentences of the ``task.max_blocks`` blocks configs/warmup/base.yaml samples."""
-    config = yaml.safe_load((REPO / "configs" / "warmup" / "base.yaml").read_text(encoding="utf-8"))
+    config = _config("warmup/base.yaml")
     sampled = min(_num_blocks(ctx), config["task"]["max_blocks"] or _num_blocks(ctx))
     return _training_bound(BERT_BASE_PARAMS, 2, 384, 12, 768) + sampled * WARMUP_BYTES_PER_BLOCK
 

@@ -93,11 +93,15 @@ class Ragged:
     offsets: np.ndarray
     """[N + 1] int64; absolute positions in ``values``, so a slice of offsets is a slice of sequences."""
 
+    @staticmethod
+    def _offsets(lengths: np.ndarray) -> np.ndarray:
+        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        return offsets
+
     @classmethod
     def of(cls, sequences: Sequence[Sequence[int]]) -> "Ragged":
-        lengths = np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences))
-        offsets = np.zeros(len(sequences) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
+        offsets = cls._offsets(np.fromiter((len(s) for s in sequences), dtype=np.int64, count=len(sequences)))
         values = np.fromiter(itertools.chain.from_iterable(sequences), dtype=np.int64, count=int(offsets[-1]))
         return cls(values, offsets)
 
@@ -107,10 +111,8 @@ class Ragged:
         if isinstance(column, pa.ChunkedArray):
             column = column.combine_chunks()
         lengths = pc.list_value_length(column).fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64)
-        offsets = np.zeros(len(lengths) + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        # note: list_flatten honours the array's own offset and skips nulls, so values line up with ``offsets``
-        return cls(pc.list_flatten(column).to_numpy(zero_copy_only=False), offsets)
+        # note: list_flatten honours the array's own offset and skips nulls, so values line up with the offsets
+        return cls(pc.list_flatten(column).to_numpy(zero_copy_only=False), cls._offsets(lengths))
 
     def __len__(self) -> int:
         return len(self.offsets) - 1
