@@ -8,8 +8,8 @@ from typing import Sequence
 
 import datasets
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
+
+from realm.data.packing import Ragged
 
 
 def uid_hash(uid: str) -> int:
@@ -21,19 +21,6 @@ def uid_hash(uid: str) -> int:
         return 0
     digest = hashlib.blake2b(uid.encode("utf-8"), digest_size=8).digest()
     return (int.from_bytes(digest, "little") & ((1 << 62) - 1)) or 1
-
-
-class _FlatLists:
-    """A list<int> Arrow column held as one int32 array and row offsets; ``rows`` gives Python lists back."""
-
-    def __init__(self, column: pa.ChunkedArray) -> None:
-        lists = column.combine_chunks()
-        self.values = pc.list_flatten(lists).to_numpy(zero_copy_only=False).astype(np.int32)
-        lengths = pc.list_value_length(lists).fill_null(0).to_numpy(zero_copy_only=False)
-        self.offsets = np.concatenate([[0], np.cumsum(lengths, dtype=np.int64)])
-
-    def rows(self, ids: Sequence[int]) -> list[list[int]]:
-        return [self.values[self.offsets[i] : self.offsets[i + 1]].tolist() for i in ids]
 
 
 class BlockStore:
@@ -48,28 +35,38 @@ class BlockStore:
     def __init__(self, blocks: datasets.Dataset, *, in_memory_limit: int = 200_000) -> None:
         self.blocks = blocks
         self.uid_hashes = np.fromiter((uid_hash(u) for u in blocks["uid"]), dtype=np.int64, count=len(blocks))
-        self._titles: _FlatLists | None = None
-        self._bodies: _FlatLists | None = None
+        self._titles: Ragged | None = None
+        self._bodies: Ragged | None = None
+        self._text_columns = blocks.select_columns(["title", "text"])
+        # note: a read by rows formats every column it holds; the uid, texts and doc ids of a 300k-block corpus were
+        # read with each chunk of token lists. Arrow out, so that no Python list of wordpieces is made
+        self._token_columns = blocks.select_columns(["title_ids", "body_ids"]).with_format("arrow")
         if len(blocks) <= in_memory_limit:
             # note: not blocks["x"], which datasets 4+ returns as a lazy Column that reads Arrow at each row it is
             # indexed by (a fifth of a small model's step went there)
-            table = blocks.select_columns(["title_ids", "body_ids"]).with_format("arrow")[:]
-            self._titles, self._bodies = _FlatLists(table.column("title_ids")), _FlatLists(table.column("body_ids"))
-        self._text_columns = blocks.select_columns(["title", "text"])
-        # note: a read by rows formats every column it holds; the uid, texts and doc ids of a 300k-block corpus were
-        # read with each chunk of token lists
-        self._token_columns = blocks.select_columns(["title_ids", "body_ids"])
+            table = self._token_columns[:]
+            self._titles, self._bodies = (_int32(Ragged.from_arrow(table.column(c))) for c in ("title_ids", "body_ids"))
 
     def __len__(self) -> int:
         return len(self.blocks)
 
-    def tokens(self, block_ids: Sequence[int]) -> tuple[list[list[int]], list[list[int]]]:
-        """(title wordpieces, body wordpieces) of each block."""
-        ids = [int(i) for i in block_ids]
+    def ragged(self, block_ids: Sequence[int] | np.ndarray) -> tuple[Ragged, Ragged]:
+        """(title wordpieces, body wordpieces) of each block, flat (what the packers take)."""
+        ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
+        if len(ids) and ids.min() < 0:
+            raise ValueError(f"block ids must be >= 0 (a missing candidate is the caller's to leave out), got {ids.min()}")
         if self._titles is not None and self._bodies is not None:
-            return self._titles.rows(ids), self._bodies.rows(ids)
-        rows = self._token_columns[ids]
-        return rows["title_ids"], rows["body_ids"]
+            return self._titles.take(ids), self._bodies.take(ids)
+        if len(ids) == 0:
+            empty = Ragged(np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
+            return empty, empty
+        table = self._token_columns[ids]
+        return Ragged.from_arrow(table.column("title_ids")), Ragged.from_arrow(table.column("body_ids"))
+
+    def tokens(self, block_ids: Sequence[int] | np.ndarray) -> tuple[list[list[int]], list[list[int]]]:
+        """(title wordpieces, body wordpieces) of each block, as lists."""
+        titles, bodies = self.ragged(block_ids)
+        return titles.to_lists(), bodies.to_lists()
 
     def texts(self, block_ids: Sequence[int]) -> tuple[list[str], list[str]]:
         """(titles, body texts) of each block, read from the Arrow table (QA answer checks and predictions)."""
@@ -77,3 +74,8 @@ class BlockStore:
             return [], []
         rows = self._text_columns[[int(i) for i in block_ids]]
         return rows["title"], rows["text"]
+
+
+def _int32(sequences: Ragged) -> Ragged:
+    """4 bytes a wordpiece (datasets stores Python ints as int64)."""
+    return Ragged(sequences.values.astype(np.int32), sequences.offsets)

@@ -62,10 +62,10 @@ def pack_single(tokens: Sequence[int], special: SpecialIds, max_length: int) -> 
     return [special.cls, *list(tokens)[: max_length - 2], special.sep]
 
 
-def reader_length(queries: Sequence[Sequence[int]], max_block_length: int) -> int:
+def reader_length(queries: "Ragged", max_block_length: int) -> int:
     """Room for ``[CLS] query [SEP] body [SEP]``: the longest query plus a whole block body (a block's
     ``[CLS] title [SEP] body [SEP]`` holds at most ``max_block_length - 3`` body wordpieces), so no body is cut."""
-    return max((len(q) for q in queries), default=0) + max_block_length
+    return int(queries.lengths().max(initial=0)) + max_block_length
 
 
 def pad(sequences: Sequence[Sequence[int]], pad_id: int, length: int | None = None) -> tuple[Tensor, Tensor]:
@@ -114,6 +114,11 @@ class Ragged:
         # note: list_flatten honours the array's own offset and skips nulls, so values line up with the offsets
         return cls(pc.list_flatten(column).to_numpy(zero_copy_only=False), cls._offsets(lengths))
 
+    @classmethod
+    def from_padded(cls, ids: np.ndarray, keep: np.ndarray) -> "Ragged":
+        """Row ``i`` of [N, L] ``ids`` at its ``keep`` positions (a padded batch and its mask)."""
+        return cls(ids[keep], cls._offsets(keep.sum(axis=1).astype(np.int64)))
+
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
@@ -124,16 +129,38 @@ class Ragged:
         """Sequences ``start:end``, sharing ``values``."""
         return Ragged(self.values, self.offsets[start : min(end, len(self)) + 1])
 
+    def take(self, rows: np.ndarray | Sequence[int]) -> "Ragged":
+        """Sequences ``rows``, in that order (a row may repeat), as a new compact ``Ragged``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        lengths = self.lengths()[rows]
+        return Ragged(self.values[_positions(self.offsets[rows], lengths)], self._offsets(lengths))
+
+    def spread(self, present: np.ndarray) -> "Ragged":
+        """These sequences at the ``True`` positions of ``present`` (as many as there are sequences) and empty
+        sequences at the others, sharing ``values``: candidate slots whose block is missing read nothing."""
+        if int(present.sum()) != len(self):
+            raise ValueError(f"{int(present.sum())} places for {len(self)} sequences")
+        lengths = np.zeros(len(present), dtype=np.int64)
+        lengths[present] = self.lengths()
+        return Ragged(self.values, self.offsets[0] + self._offsets(lengths))
+
+    def to_lists(self) -> list[list[int]]:
+        return [self.values[a:b].tolist() for a, b in zip(self.offsets[:-1].tolist(), self.offsets[1:].tolist())]
+
+
+def _positions(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The flat positions ``starts[i] + j`` for ``j < lengths[i]``, sequence after sequence."""
+    within = np.arange(int(lengths.sum())) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+    return np.repeat(starts, lengths) + within
+
 
 def _scatter(ids: np.ndarray, sequences: Ragged, lengths: np.ndarray, start: np.ndarray | int) -> None:
     """Writes the first ``lengths[i]`` wordpieces of sequence ``i`` into ``ids[i, start[i]:]``."""
-    count = int(lengths.sum())
-    if count == 0:
+    if int(lengths.sum()) == 0:
         return
     row = np.repeat(np.arange(len(lengths)), lengths)
-    within = np.arange(count) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-    column = np.repeat(np.broadcast_to(start, lengths.shape), lengths) + within
-    ids[row, column] = sequences.values[np.repeat(sequences.offsets[:-1], lengths) + within]
+    column = _positions(np.broadcast_to(start, lengths.shape), lengths)
+    ids[row, column] = sequences.values[_positions(sequences.offsets[:-1], lengths)]
 
 
 def pack_ragged_pairs(
@@ -213,6 +240,23 @@ def contains_run(haystack: Sequence[Hashable], needle: Sequence[Hashable]) -> bo
         if tuple(haystack[start : start + n]) == needle:
             return True
         start += 1
+
+
+def contains_runs(haystacks: Ragged, needles: Ragged) -> np.ndarray:
+    """[N] bool: ``contains_run(haystacks[i], needles[i])`` for each ``i``, by array operations (every start of every
+    haystack compared with its needle, one needle position at a time)."""
+    found = np.zeros(len(haystacks), dtype=bool)
+    needle_len = needles.lengths()
+    starts = np.maximum(haystacks.lengths() - needle_len + 1, 0) * (needle_len > 0)
+    pair = np.repeat(np.arange(len(haystacks)), starts)
+    at = _positions(haystacks.offsets[:-1], starts)
+    match = np.ones(len(at), dtype=bool)
+    for j in range(int(needle_len.max(initial=0))):
+        used = needle_len[pair] > j
+        wanted = needles.values[np.where(used, needles.offsets[pair] + j, 0)] if used.any() else 0
+        match &= ~used | (haystacks.values[np.where(used, at + j, 0)] == wanted)
+    found[pair[match]] = True
+    return found
 
 
 def _apply(value: Any, fn: Callable[[Tensor], Tensor]) -> Any:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch import Tensor
 
 from realm.data.masking import MaskingError, MaskingMode, choose_masked_positions, example_rng
-from realm.data.packing import Movable, SpecialIds, pad
+from realm.data.packing import Movable, Ragged, SpecialIds, pad
 
 
 @dataclass
@@ -66,9 +67,21 @@ class RealmBatch(Movable):
     def size(self) -> int:
         return self.query_input_ids.shape[0]
 
-    def query_tokens(self) -> list[list[int]]:
+    def query_ragged(self) -> Ragged:
         """Each masked query's wordpieces without [CLS]/[SEP] or padding (the first segment of the reader input)."""
-        return [row[mask.bool()].tolist()[1:-1] for row, mask in zip(self.query_input_ids, self.query_attention_mask)]
+        mask = self.query_attention_mask.cpu().numpy().astype(bool)
+        count = np.cumsum(mask, axis=1)
+        # note: drops each row's first and last kept position, its [CLS] and [SEP]
+        inner = mask & (count > 1) & (count < count[:, -1:])
+        return Ragged.from_padded(self.query_input_ids.cpu().numpy(), inner)
+
+    def query_tokens(self) -> list[list[int]]:
+        """``query_ragged`` as lists."""
+        return self.query_ragged().to_lists()
+
+    def target_ragged(self) -> Ragged:
+        """Each query's masked wordpieces (the answer), without padding."""
+        return Ragged.from_padded(self.target_ids.cpu().numpy(), self.target_mask.cpu().numpy().astype(bool))
 
 
 class PretrainCollator:

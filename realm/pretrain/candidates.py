@@ -16,7 +16,7 @@ from torch import Tensor
 
 from realm.data.articles import block_articles
 from realm.data.block_store import BlockStore
-from realm.data.packing import SpecialIds, block_batch, contains_run, pack_pairs, reader_length
+from realm.data.packing import Ragged, SpecialIds, contains_runs, pack_blocks, pack_ragged_pairs, reader_length
 from realm.index.mips import DocumentIndex, centered_queries
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import Candidates, RealmBatch
@@ -67,15 +67,13 @@ def exclusion_keys(source_uid_hashes: Tensor, store: BlockStore, exclude_source:
     return articles.of_sources(sources), articles.hashes
 
 
-def answer_slots(batch: RealmBatch, bodies: list[list[int]], num_retrieved: int) -> Tensor:
+def answer_slots(batch: RealmBatch, bodies: Ragged, num_retrieved: int) -> Tensor:
     """[B, 1 + num_retrieved] bool: which slots' ``bodies`` (flat, ``num_retrieved`` per query, no null slot) hold
-    the query's masked wordpieces as one contiguous run (``contains_run``); slot 0 (the null document) never does."""
-    targets = [row[mask.bool()].tolist() for row, mask in zip(batch.target_ids, batch.target_mask)]
-    flags = [
-        [False] + [contains_run(body, answer) for body in bodies[b * num_retrieved : (b + 1) * num_retrieved]]
-        for b, answer in enumerate(targets)
-    ]
-    return torch.tensor(flags, dtype=torch.bool).view(len(targets), num_retrieved + 1)
+    the query's masked wordpieces as one contiguous run (``contains_runs``); slot 0 (the null document) never does."""
+    bsz = len(batch.target_ids)
+    answers = batch.target_ragged().take(np.repeat(np.arange(bsz), num_retrieved))
+    flags = contains_runs(bodies, answers).reshape(bsz, num_retrieved)
+    return torch.from_numpy(np.concatenate([np.zeros((bsz, 1), dtype=bool), flags], axis=1))
 
 
 def build_candidates(
@@ -83,20 +81,22 @@ def build_candidates(
 ) -> Candidates:
     """Packs the null document plus ``retrieved`` ([B, K-1] block ids) into embedder and reader inputs."""
     bsz, num_retrieved = retrieved.shape
-    flat = retrieved.reshape(-1).tolist()
-    present = [i for i in flat if i >= 0]
-    titles_p, bodies_p = store.tokens(present)
-    lookup = dict(zip(present, zip(titles_p, bodies_p)))
-    titles = [lookup[i][0] if i >= 0 else [] for i in flat]
-    bodies = [lookup[i][1] if i >= 0 else [] for i in flat]
-    docs = block_batch(titles, bodies, special, max_block_length)
-
-    queries = batch.query_tokens()
     k = num_retrieved + 1
+    flat = retrieved.reshape(-1).cpu().numpy()
+    present = flat >= 0
+    titles, bodies = store.ragged(flat[present])
+    # note: flat wordpieces and array packing, no Python list of them (the packing is on a GPU step's critical path)
+    slot_bodies = bodies.spread(present)
+    docs = pack_blocks(titles.spread(present), slot_bodies, special, max_block_length)
+
+    queries = batch.query_ragged()
     # slot 0 of every query reads the null document (an empty body)
-    slot_bodies = [body for b in range(bsz) for body in [[], *bodies[b * num_retrieved : (b + 1) * num_retrieved]]]
-    reader = pack_pairs(
-        [q for q in queries for _ in range(k)], slot_bodies, special, reader_length(queries, max_block_length)
+    reads = np.concatenate([np.zeros((bsz, 1), dtype=bool), present.reshape(bsz, num_retrieved)], axis=1)
+    reader = pack_ragged_pairs(
+        queries.take(np.repeat(np.arange(bsz), k)),
+        bodies.spread(reads.reshape(-1)),
+        special,
+        reader_length(queries, max_block_length),
     )
     null_ids = torch.tensor([[special.cls, special.sep, special.sep]], dtype=torch.long)
     block_ids = torch.cat([torch.full((bsz, 1), -1, dtype=torch.long), retrieved], dim=1)
@@ -111,7 +111,7 @@ def build_candidates(
         reader_input_ids=reader["input_ids"].view(bsz, k, -1),
         reader_attention_mask=reader["attention_mask"].view(bsz, k, -1),
         reader_token_type_ids=reader["token_type_ids"].view(bsz, k, -1),
-        answer_slots=answer_slots(batch, bodies, num_retrieved),
+        answer_slots=answer_slots(batch, slot_bodies, num_retrieved),
     )
 
 

@@ -31,7 +31,7 @@ from torch import Tensor
 
 from realm.data.block_store import BlockStore
 from realm.data.masking import MaskingMode
-from realm.data.packing import Movable, SpecialIds, pack_pairs, reader_length
+from realm.data.packing import Movable, Ragged, SpecialIds, pack_ragged_pairs, reader_length
 from realm.data.sentences import prepare_sentences, split_sentences, without_sentences
 from realm.data.tagging import SpanTagger
 from realm.models.encoder import KnowledgeAugmentedEncoder
@@ -129,13 +129,13 @@ class TrivialRetrievalCollator:
 
     def __call__(self, examples: Sequence[dict]) -> ReaderBatch:
         masked = self.masker(examples)
-        queries = masked.query_tokens()
+        queries = masked.query_ragged()
         if self.store is None:
-            bodies = [[] for _ in queries]
+            bodies = Ragged.of([[] for _ in range(len(queries))])
         else:
             block_of = {int(ex["idx"]): int(ex["block_id"]) for ex in examples}
-            _, bodies = self.store.tokens([block_of[i] for i in masked.example_ids.tolist()])
-        reader = pack_pairs(queries, bodies, self.special, reader_length(queries, self.max_block_length))
+            _, bodies = self.store.ragged([block_of[i] for i in masked.example_ids.tolist()])
+        reader = pack_ragged_pairs(queries, bodies, self.special, reader_length(queries, self.max_block_length))
         return ReaderBatch(
             input_ids=reader["input_ids"],
             attention_mask=reader["attention_mask"],

@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils.data import Dataset
 
 from realm.data.block_store import BlockStore
-from realm.data.packing import Movable, SpecialIds, pack_pair, pack_single, pad
+from realm.data.packing import Movable, Ragged, SpecialIds, pack_ragged_pairs, pack_single, pad
 from realm.index.mips import DocumentIndex, centered_queries
 from realm.models.reader import ReaderConfig
 from realm.qa.datasets import QAExample
@@ -167,23 +167,23 @@ def attach_blocks(
                 contains[b, r] = has_answer(text_of[block], example.answers, regex=example.answers_are_regex)
 
     read = ids[:, : cfg.reader_beam]
-    _, bodies = store.tokens([max(int(i), 0) for i in read.reshape(-1).tolist()])
-    packed_ids, packed_types, span_answers, span_regex = [], [], [], []
-    for b, row in enumerate(rows):
-        for k in range(read.shape[1]):
-            body = bodies[b * read.shape[1] + k] if read[b, k] >= 0 else []
-            pair, types = pack_pair(questions.question_ids[row], body, special, cfg.max_sequence_length)
-            packed_ids.append(pair)
-            packed_types.append(types)
-            span_answers.append(questions.span_answers(row))
-            span_regex.append(questions.examples[row].answers_are_regex)
-    reader_ids, reader_mask = pad(packed_ids, special.pad)
-    reader_types, _ = pad(packed_types, 0, reader_ids.shape[1])
+    beam = read.shape[1]
+    slots = read.reshape(-1).numpy()
+    _, bodies = store.ragged(slots[slots >= 0])
+    reader = pack_ragged_pairs(
+        Ragged.of([questions.question_ids[row] for row in rows]).take(np.repeat(np.arange(len(rows)), beam)),
+        bodies.spread(slots >= 0),  # note: a missing block is read as an empty body
+        special,
+        cfg.max_sequence_length,
+    )
+    reader_ids, reader_mask, reader_types = reader["input_ids"], reader["attention_mask"], reader["token_type_ids"]
+    span_answers = [questions.span_answers(row) for row in rows for _ in range(beam)]
+    span_regex = [questions.examples[row].answers_are_regex for row in rows for _ in range(beam)]
     span_valid = candidate_span_mask(reader_ids, reader_types, words, cfg.max_span_width)
     span_correct = correct_span_mask(
         reader_ids, reader_types, span_answers, span_regex, words, cfg.max_span_width, candidates=span_valid
     )
-    shape = (len(rows), read.shape[1], reader_ids.shape[1])
+    shape = (len(rows), beam, reader_ids.shape[1])
     batch.blocks = RetrievedBlocks(
         block_ids=ids,
         block_valid=valid,

@@ -1,12 +1,15 @@
 """The array packing of pairs and blocks (``Ragged``, ``pack_ragged_pairs``) against ``pack_pair``, the per-pair list
-form that states REALM's layout, and ``Ragged.from_arrow`` against the lists it stands for."""
+form that states REALM's layout; ``Ragged``'s constructors and gathers against the lists they stand for; and
+``contains_runs`` against ``contains_run``."""
 
 import numpy as np
 import pyarrow as pa
 import pytest
 import torch
 
-from realm.data.packing import Ragged, SpecialIds, block_batch, pack_blocks, pack_pair, pack_pairs, pad
+from realm.data.packing import (
+    Ragged, SpecialIds, block_batch, contains_run, contains_runs, pack_blocks, pack_pair, pack_pairs, pad,
+)
 
 SPECIAL = SpecialIds(cls=101, sep=102, pad=0, mask=103)
 
@@ -65,3 +68,39 @@ def test_ragged_from_a_gathered_arrow_column_with_nulls_and_an_offset_is_the_lis
     assert [part.values[a:b].tolist() for a, b in zip(part.offsets[:-1], part.offsets[1:])] == want[2:4]
     bodies = Ragged.of([[11, 12]] * len(want))
     assert_same(pack_blocks(ragged, bodies, SPECIAL, 10), block_batch(want, [[11, 12]] * len(want), SPECIAL, 10))
+
+
+def test_ragged_take_spread_and_from_padded_are_the_lists_they_stand_for():
+    rng = np.random.default_rng(3)
+    lists = random_sequences(rng, 30, 12)
+    ragged = Ragged.of(lists)
+    assert ragged.to_lists() == lists
+    rows = rng.integers(0, len(lists), 50)  # note: repeats and any order
+    assert ragged.take(rows).to_lists() == [lists[i] for i in rows]
+    part = ragged.slice(5, 15)  # note: a slice's offsets do not start at 0
+    assert part.take([9, 0, 9]).to_lists() == [lists[14], lists[5], lists[14]]
+    present = np.zeros(25, dtype=bool)
+    present[rng.choice(25, 10, replace=False)] = True
+    spread = part.spread(present)
+    want, taken = [], iter(lists[5:15])
+    for here in present:
+        want.append(next(taken) if here else [])
+    assert spread.to_lists() == want
+    with pytest.raises(ValueError, match="9 places for 10 sequences"):
+        part.spread(present & (np.cumsum(present) < 10))
+    ids = rng.integers(0, 100, (6, 9))
+    keep = rng.random((6, 9)) < 0.5
+    assert Ragged.from_padded(ids, keep).to_lists() == [row[k].tolist() for row, k in zip(ids, keep)]
+
+
+def test_contains_runs_is_contains_run_pair_by_pair():
+    rng = np.random.default_rng(4)
+    # note: a small alphabet, so partial matches, repeats and overlapping starts are common
+    haystacks = [rng.integers(0, 4, int(k)).tolist() for k in rng.integers(0, 12, 400)]
+    needles = [rng.integers(0, 4, int(k)).tolist() for k in rng.integers(0, 5, 400)]
+    needles[:3] = [[], haystacks[1] + [0], haystacks[2]]  # empty; longer than its haystack; the whole haystack
+    got = contains_runs(Ragged.of(haystacks), Ragged.of(needles))
+    want = [contains_run(h, n) for h, n in zip(haystacks, needles)]
+    assert got.tolist() == want
+    assert 50 < sum(want) < 350  # note: both answers common enough to be tested
+    assert contains_runs(Ragged.of([]), Ragged.of([])).tolist() == []

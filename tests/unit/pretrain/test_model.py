@@ -8,7 +8,7 @@ from transformers import BertConfig
 
 from realm.data.block_store import BlockStore, uid_hash
 from realm.data.blocks import BLOCK_FEATURES
-from realm.data.packing import SpecialIds
+from realm.data.packing import SpecialIds, pack_pair
 from realm.index.mips import BruteForceIndex
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.batch import PretrainCollator
@@ -128,6 +128,35 @@ def test_answer_slots_mark_the_blocks_whose_body_holds_the_masked_span_in_order(
     store, _ = _store(bodies=bodies)
     cand = build_candidates(batch, torch.tensor([[1, 0, 4], [2, 3, -1]]), store, SPECIAL, max_block_length=16)
     assert cand.answer_slots.tolist() == [[False, False, True, True], [False, False, True, False]]
+
+
+def test_candidates_packed_from_flat_wordpieces_equal_the_list_layout_slot_by_slot():
+    """``build_candidates`` packs by array operations; each slot must still be ``pack_pair``'s layout of its own
+    block (document tower: title and body; reader: query and body; missing blocks and slot 0 empty)."""
+    rng = np.random.default_rng(7)
+    store, _ = _store(n=30, seed=7)
+    batch = _batch([""] * 6, seed=7)
+    retrieved = torch.as_tensor(rng.integers(0, 30, (6, 4)))
+    retrieved[1, 2:] = -1  # note: a row that ran out of candidates
+    retrieved[4, 3] = -1
+    cand = build_candidates(batch, retrieved, store, SPECIAL, max_block_length=16)
+    queries = [row[m.bool()].tolist()[1:-1] for row, m in zip(batch.query_input_ids, batch.query_attention_mask)]
+    assert batch.query_tokens() == queries
+    widths = []
+    for b in range(6):
+        for r in range(4):
+            block = int(retrieved[b, r])
+            title, body = store.tokens([block]) if block >= 0 else ([[]], [[]])
+            doc, doc_types = pack_pair(title[0][:8], body[0], SPECIAL, 16)
+            got = cand.doc_input_ids[b, r][cand.doc_attention_mask[b, r].bool()].tolist()
+            assert got == doc and cand.doc_token_type_ids[b, r][: len(doc)].tolist() == doc_types
+            read, read_types = pack_pair(queries[b], body[0], SPECIAL, 64)
+            got = cand.reader_input_ids[b, r + 1][cand.reader_attention_mask[b, r + 1].bool()].tolist()
+            assert got == read and cand.reader_token_type_ids[b, r + 1][: len(read)].tolist() == read_types
+            widths.append(len(read))
+        null, _ = pack_pair(queries[b], [], SPECIAL, 64)
+        assert cand.reader_input_ids[b, 0][cand.reader_attention_mask[b, 0].bool()].tolist() == null
+    assert cand.reader_input_ids.shape[-1] == max(widths)  # padded to the longest pair, nothing cut
 
 
 @pytest.mark.parametrize("shared", [True, False])
