@@ -21,12 +21,16 @@ DPR_PASSAGES = 21_015_324
 """Rows of DPR's psgs_w100.tsv (Wikipedia 2018-12-20)."""
 BLOCKS_PER_PASSAGE = 1.0
 """A DPR passage is 100 words, ~130 BERT wordpieces: one 288-wordpiece block (blocks are cut per document)."""
-GPU_STEP_S = 0.1092
-"""REALM step, BERT-base bf16, 8 queries a GPU, K 5, blocks of 288, on one H200 (docs/performance.md: 109.2 ms)."""
+GPU_STEP_S = 0.1291
+"""REALM step, BERT-base bf16, 8 queries a GPU, K 5, blocks of 288, on one H200: the median of three single runs
+(109.2, 129.1 and 180.9 ms, 2026-11-26 and -29; docs/performance.md), whose spread is ±40%."""
 GPU_STEP_BATCH = 8
 """The batch that step time was measured at."""
-GPU_BUILDER_BLOCKS_PER_S = 1546.0
-"""The builder process, BERT-base bf16, blocks of 288, one H200 (docs/performance.md: 1,546 blocks/s)."""
+GPU_BUILDER_BLOCKS_PER_S = 6245.0
+"""The builder's embedding (``embed_blocks``), BERT-base bf16, blocks of 288, batches of 256, one H200, since its
+loader packs from Arrow (docs/performance.md, "The builder kept up with the GPU": 6,245 blocks/s, 92% of a bare
+forward; one run). Not the builder process's 1,008-1,546 blocks/s: those were over 8,000 blocks, much of it the
+process's start-up, which a refresh of millions of blocks pays once."""
 GLOBAL_BATCH = 512
 """REALM's global batch (configs/pretrain/base.yaml's paper setting)."""
 MAX_STALENESS = 1500

@@ -54,7 +54,7 @@ class BlockStore:
         """(title wordpieces, body wordpieces) of each block, flat (what the packers take)."""
         ids = np.asarray(block_ids, dtype=np.int64).reshape(-1)
         if len(ids) and ids.min() < 0:
-            raise ValueError(f"block ids must be >= 0 (a missing candidate is the caller's to leave out), got {ids.min()}")
+            raise ValueError(f"block ids must be >= 0 (a missing block is the caller's to leave out), got {ids.min()}")
         if self._titles is not None and self._bodies is not None:
             return self._titles.take(ids), self._bodies.take(ids)
         if len(ids) == 0:

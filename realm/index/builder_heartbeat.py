@@ -1,7 +1,7 @@
 """The builder's heartbeat: how a trainer waiting for an index tells a builder at work from no builder at all.
 
 How long a build takes grows with the corpus: the first index of 1M blocks took about 20 minutes on 2 CPU cores (the
-scale rehearsal), and 21M blocks at the H200's 1,546 blocks/s take about four hours on one GPU, so no fixed
+scale rehearsal), and 21M blocks at the H200's 6,245 blocks/s take about an hour on one GPU, so no fixed
 ``refresh.initial_index_timeout_s`` suits every corpus. While it holds a run, the builder's main process touches
 ``RUN/index/BUILDER_HEARTBEAT`` every ``HEARTBEAT_INTERVAL_S`` seconds from a daemon thread (``beating``), and
 removes it when it lets go. A trainer waiting for an index gives up only once its timeout has passed *and* the
