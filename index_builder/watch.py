@@ -94,6 +94,10 @@ class IndexBuilderConfig:
     parent_pid: int = 0
     """The trainer that started this builder (set by the trainer): the builder stops, between batches, as soon as
     that process is gone, so a killed trainer never leaves an orphan holding the run's lock (0: no parent)."""
+    hold_file: str = ""
+    """A file that holds the builder, once started, before it takes the run: the trainer starts its child builder at
+    the start of its own set-up with ``RUN/index/BUILDER_HOLD`` in place, so that the builder's start-up (its imports,
+    the device) overlaps the trainer's, and removes it once it has cleared what a killed run left. Empty: no hold."""
     lock_timeout_s: float = 30.0
     """How long to wait for the run's builder lock (an orphan of a killed trainer is still stopping) before failing."""
     build_retries: int = 3
@@ -262,6 +266,8 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
     if cfg.num_threads > 0:
         torch.set_num_threads(cfg.num_threads)
         faiss.omp_set_num_threads(cfg.num_threads)
+    if cfg.hold_file and not _held(cfg, stop):
+        return 0
     group = BuilderGroup.join(cfg.device, cfg.collective_timeout_s) if cfg.enable_distributed else BuilderGroup()
     if cfg.enable_distributed:
         init_logging(is_main_process=group.is_main)
@@ -269,6 +275,19 @@ def run_builder(cfg: IndexBuilderConfig, *, stop: threading.Event | None = None)
         if group.world_size == 1:
             logger.warning("enable_distributed but the launcher started ONE process (see DESIGN.md section 3)")
     return _loop(cfg, stop, group)
+
+
+def _held(cfg: IndexBuilderConfig, stop: threading.Event, poll_s: float = 0.1) -> bool:
+    """Waits while ``cfg.hold_file`` exists, having started the GPU's context meanwhile; False if stopped first."""
+    hold = Path(cfg.hold_file)
+    if hold.exists():
+        if cfg.device.startswith("cuda") and not cfg.enable_distributed:
+            torch.empty(0, device=cfg.device)  # note: the CUDA context, a second or more, before the first build
+        started = time.monotonic()
+        while hold.exists() and not stop.wait(poll_s):
+            pass
+        logger.info("held %.1f s while the trainer set up", time.monotonic() - started)
+    return not stop.is_set()
 
 
 def process_alive(pid: int) -> bool:

@@ -116,10 +116,11 @@ def pretrain_and_evaluate(cfg: PretrainConfig) -> Pretrained:
 
     seconds = {}
     t = time.perf_counter()
-    start = evaluate()  # the trainer's starting model: the warm-started retriever and encoder
-    seconds["eval_start_s"] = time.perf_counter() - t
-    t = time.perf_counter()
     try:
+        # note: inside, so that the trainer's child builder (started, held until run) stops if this fails
+        start = evaluate()  # the trainer's starting model: the warm-started retriever and encoder
+        seconds["eval_start_s"] = time.perf_counter() - t
+        t = time.perf_counter()
         train = trainer.run()
         train |= write_finished_model(trainer.run_dir, trainer.unwrapped, trainer.tokenizer, cfg, trainer.step,
                                       trainer.accelerator.is_main_process)  # fmt: skip

@@ -8,12 +8,17 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Mapping, Sequence
+
+from accelerate import Accelerator
 
 from realm.core.tracking import TrackingConfig, resolve_run_name
 from realm.index.build_failure import IndexBuildError, builder_gave_up
 from realm.pretrain.refresh import RefreshConfig
+from realm.run.layout import BUILDER_HOLD, index_dir
+from realm.training.accelerator import accelerator_precision
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +63,7 @@ def builder_command(
     parent_env: Mapping[str, str] | None = None,
     python: str = sys.executable,
     parent_pid: int = 0,
+    hold_file: str | Path = "",
 ) -> tuple[list[str], dict[str, str]]:
     """The command line and environment of the child builder (nothing is started).
 
@@ -85,6 +91,8 @@ def builder_command(
         cmd.append(f"--precision={cfg.builder_precision}")
     if parent_pid:
         cmd.append(f"--parent_pid={parent_pid}")  # note: every builder rank stops when the trainer is gone
+    if hold_file:
+        cmd.append(f"--hold_file={hold_file}")  # note: every rank waits while it exists (ChildBuilder.release)
     env = builder_env(os.environ if parent_env is None else parent_env, str(cfg.builder_devices))
     return [*cmd, *extra_args], env
 
@@ -101,18 +109,35 @@ def tracking_args(tracking: TrackingConfig, run_dir: Path) -> list[str]:
 
 class ChildBuilder:
     """The builder process(es) of a single-machine run, owned by the trainer's main process. Its output goes to
-    ``RUN/builder.log``; it gets the trainer's pid, so it stops by itself if the trainer is killed."""
+    ``RUN/builder.log``; it gets the trainer's pid, so it stops by itself if the trainer is killed.
+
+    ``start_held`` starts it at the beginning of the trainer's set-up, held by ``RUN/index/BUILDER_HOLD`` until
+    ``release``: its start-up (imports, the device) then overlaps the trainer's, where it used to delay the first
+    index. It may not take the run before the trainer has cleared what a killed run left (``discard_after``): it would
+    build from an export about to be removed."""
 
     def __init__(self, cfg: RefreshConfig, run_dir: Path, extra_args: Sequence[str], num_trainers: int) -> None:
         self.cfg, self.run_dir, self.extra_args, self.num_trainers = cfg, Path(run_dir), list(extra_args), num_trainers
+        self.hold_file = index_dir(self.run_dir) / BUILDER_HOLD
         self.process: subprocess.Popen | None = None
         self.restarts = 0
         self.started_at = 0.0
         """``time.time()`` of the latest start: a failure recorded before it is not this builder's."""
 
+    def start_held(self) -> None:
+        self.hold_file.parent.mkdir(parents=True, exist_ok=True)
+        self.hold_file.touch()
+        self.start()
+
+    def release(self) -> None:
+        """Lets a held builder take the run (a restarted one is never held: the file is gone)."""
+        self.hold_file.unlink(missing_ok=True)
+
     def start(self) -> None:
         log = open(self.run_dir / "builder.log", "a")
-        cmd, env = builder_command(self.cfg, self.run_dir, self.extra_args, parent_pid=os.getpid())
+        cmd, env = builder_command(
+            self.cfg, self.run_dir, self.extra_args, parent_pid=os.getpid(), hold_file=self.hold_file
+        )
         self.started_at = time.time()
         self.process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
         logger.info(
@@ -164,3 +189,16 @@ class ChildBuilder:
                 self.process.wait(timeout=30)
             except subprocess.TimeoutExpired:
                 self.process.kill()
+        self.release()  # note: after it is gone, so that a held builder never takes the run on its way out
+
+
+def start_held_builder(
+    refresh: RefreshConfig, tracking: TrackingConfig, run_dir: Path, accelerator: Accelerator
+) -> ChildBuilder:
+    """A trainer's child builder, started and held (``ChildBuilder.start_held``) in the trainer's W&B group."""
+    # note: it embeds in the precision the trainer resolved to, unless the refresh config names its own: a run is then
+    # in one precision, as its config says (the index chooses the candidates it trains on)
+    refresh = replace(refresh, builder_precision=refresh.builder_precision or accelerator_precision(accelerator))
+    builder = ChildBuilder(refresh, run_dir, tracking_args(tracking, run_dir), accelerator.num_processes)
+    builder.start_held()
+    return builder

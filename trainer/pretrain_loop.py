@@ -48,13 +48,13 @@ from realm.run.layout import (
 )
 from realm.run.live_index import discard_after
 from realm.run.publication import clean_staging
-from realm.trainer.builder_process import ChildBuilder, tracking_args
+from realm.trainer.builder_process import ChildBuilder, start_held_builder
 from realm.trainer.candidate_prefetch import CandidatePipeline
 from realm.trainer.index_sync import IndexSync, RunTotals
 from realm.trainer.index_watcher import IndexWatcher
 from realm.trainer.run_summary import run_summary
 from realm.trainer.run_tracking import end_tracking, start_tracking, track_export
-from realm.training.accelerator import accelerator_precision, build_accelerator
+from realm.training.accelerator import build_accelerator
 from realm.training.optim import retriever_lr
 from realm.training.preemption import PREEMPTED_EXIT_CODE, Preemption
 from realm.training.sampler import check_fills_batch
@@ -70,12 +70,22 @@ class Trainer:
         with (removed_if_setup_fails(cfg.train.run_dir, self.accelerator.is_main_process),
               contextlib.ExitStack() as held):  # fmt: skip
             held.enter_context(hold_run_dir(cfg.train.run_dir, self.accelerator))  # before anything in the run changes
-            self._set_up(cfg)
+            self.builder: ChildBuilder | None = None
+            try:
+                self._set_up(cfg)
+            except BaseException:
+                if self.builder is not None:
+                    self.builder.stop()  # note: before the run folder of a failed fresh start is removed
+                raise
             self._run_lock = held.pop_all()  # note: released by close() (or by the OS when the process dies)
 
     def _set_up(self, cfg: PretrainConfig) -> None:
-        """Inputs, model, optimizer, the resumed state and the index side (nothing runs yet)."""
+        """Inputs, model, optimizer, the resumed state and the index side (nothing runs yet but the child builder,
+        held until ``run``)."""
         self.run_dir = start_job(cfg.train, self.accelerator, cfg)
+        # note: first, so that the builder's start-up overlaps everything below (the first index waited on it)
+        if cfg.refresh.spawn_builder and self.accelerator.is_main_process:
+            self.builder = start_held_builder(cfg.refresh, cfg.tracking, self.run_dir, self.accelerator)
 
         self.tokenizer = load_model_tokenizer(cfg.data.tokenizer, cfg.model.init_from)
         check_blocks_tokenizer(cfg.data.blocks, self.tokenizer)
@@ -114,13 +124,6 @@ class Trainer:
         self.watcher = IndexWatcher(
             self.run_dir, cfg.refresh.poll_interval_s, corpus_fingerprint=blocks_fingerprint(self.store.blocks)
         )
-        # note: the child builder embeds in the precision the trainer resolved to, unless the refresh config names its
-        # own: a run is then in one precision, as its config says (the index chooses the candidates it trains on)
-        refresh = replace(cfg.refresh, builder_precision=cfg.refresh.builder_precision
-                          or accelerator_precision(self.accelerator))  # fmt: skip
-        self.builder = ChildBuilder(
-            refresh, self.run_dir, tracking_args(cfg.tracking, self.run_dir), self.num_processes
-        ) if cfg.refresh.spawn_builder and self.accelerator.is_main_process else None  # fmt: skip
         self.sync = IndexSync(
             self.run_dir,
             self.accelerator,
@@ -187,7 +190,7 @@ class Trainer:
         if self._needs_initial_export():
             self.export_retriever()
         if self.builder is not None:
-            self.builder.start()
+            self.builder.release()
         self.watcher.start()
         self.preemption.install()  # note: from here a SIGTERM or SIGUSR1 ends the run at a step boundary, checkpointed
         logger.info("training on %d process(es) x batch %d x %d micro-batch(es) = global batch %d (%s, mixed precision "

@@ -21,6 +21,8 @@ RUN/
                                 for an index stops with its reason
   index/BUILDER_HEARTBEAT       touched every few seconds while a builder holds the run (BUILDER_HEARTBEAT,
                                 realm.index.builder_heartbeat); a trainer waiting for an index waits on while it moves
+  index/BUILDER_HOLD            while it exists, the trainer's child builder has started but waits before it takes the
+                                run (BUILDER_HOLD): the trainer is still setting up and clearing what a killed run left
   */.trash-<uuid>/              a removal a kill cut short: never read, removed by any process (clean_trash)
   DONE                          the trainer has finished, so a standalone builder may exit
   .trainer.lock                 held by the run's trainer (one per run; TRAINER_LOCK), its pid written in it
@@ -69,6 +71,7 @@ RETRIEVER_DIR, RETRIEVER_PREFIX = "retriever", "step-"
 INDEX_DIR, INDEX_PREFIX = "index", "v-"
 BUILD_FAILED = "BUILD_FAILED"
 BUILDER_HEARTBEAT = "BUILDER_HEARTBEAT"
+BUILDER_HOLD = "BUILDER_HOLD"
 DONE = "DONE"
 CONFIG_FILE, METRICS_FILE, RETRIEVALS_FILE = "config.yaml", "metrics.jsonl", "retrievals.jsonl"
 SUMMARY_FILE = "summary.json"

@@ -144,6 +144,36 @@ def test_polling_builder_follows_exports_and_exits_when_the_run_is_done(run):
     assert run_builder(cfg) == 0
 
 
+def test_a_held_builder_takes_the_run_only_once_its_hold_file_is_gone(run):
+    """The trainer starts its child builder before its own set-up, held by ``RUN/index/BUILDER_HOLD``: until the
+    trainer removes it (having cleared what a killed run left), the builder neither takes the run nor builds, even
+    with an export waiting; then it builds at once. Stopped while held, it never takes the run."""
+    run_dir = run[0]
+    export(run, 3)  # note: an export a killed run left, which the trainer would discard before it lets the builder go
+    hold = layout.index_dir(run_dir) / layout.BUILDER_HOLD
+    hold.parent.mkdir(parents=True, exist_ok=True)
+    hold.touch()
+    cfg = IndexBuilderConfig(run_dir=str(run_dir), once=True, poll_interval_s=0.02, hold_file=str(hold))
+    built: list[int] = []
+    builder = threading.Thread(target=lambda: built.append(run_builder(cfg)))
+    builder.start()
+    time.sleep(1.5)
+    heartbeat = layout.index_dir(run_dir) / layout.BUILDER_HEARTBEAT
+    assert builder.is_alive() and not heartbeat.exists() and live_index.current_index_version(run_dir) is None
+    hold.unlink()
+    builder.join(timeout=60)
+    assert built == [1] and versions.load_index_version(live_index.current_index_version(run_dir)).step == 3
+
+    hold.touch()
+    stop = threading.Event()
+    stopped: list[int] = []
+    held = threading.Thread(target=lambda: stopped.append(run_builder(cfg, stop=stop)))
+    held.start()
+    stop.set()  # as the trainer's SIGTERM, or its death seen by the parent watch
+    held.join(timeout=30)
+    assert stopped == [0] and hold.exists() and not heartbeat.exists()
+
+
 def test_second_builder_on_the_same_run_is_refused_after_the_lock_timeout(run):
     run_dir = run[0]
     with publication.exclusive_lock(layout.index_dir(run_dir) / ".builder.lock"):

@@ -106,6 +106,30 @@ def test_bad_builder_settings_are_rejected(bad):
         RefreshConfig(**bad)
 
 
+def test_a_child_builder_started_held_waits_on_its_hold_file_and_a_release_or_stop_removes_it(tmp_path):
+    """The trainer starts its child builder at the beginning of its set-up, held (``RUN/index/BUILDER_HOLD``): every
+    builder rank gets the file on its command line and waits while it exists; ``release`` (in ``Trainer.run``, once
+    a killed run's leftovers are cleared) and ``stop`` remove it, so no later builder is held by a stale one."""
+    from realm.run.layout import BUILDER_HOLD, index_dir
+    from realm.trainer.builder_process import ChildBuilder
+
+    hold = index_dir(tmp_path) / BUILDER_HOLD
+    for processes in (1, 2):
+        cmd, _ = builder_command(RefreshConfig(builder_num_processes=processes), tmp_path, hold_file=hold)
+        assert cmd.count(f"--hold_file={hold}") == 1
+    assert not any(a.startswith("--hold_file") for a in builder_command(RefreshConfig(), tmp_path)[0])
+    # a builder that fails at once (its config is missing), so that nothing waits on the file here
+    cfg = RefreshConfig(spawn_builder=True, builder_config=str(tmp_path / "missing.yaml"))
+    child = ChildBuilder(cfg, tmp_path, [], num_trainers=1)
+    child.start_held()
+    assert hold.exists() and f"--hold_file={hold}" in child.process.args
+    child.release()
+    assert not hold.exists()
+    child.start_held()
+    child.stop()
+    assert not hold.exists() and child.process.poll() is not None
+
+
 def test_a_child_builder_that_dies_is_restarted_then_the_run_stops(tmp_path, caplog):
     from realm.trainer.builder_process import ChildBuilder
 
