@@ -58,8 +58,7 @@ class BlockStore:
         if self._titles is not None and self._bodies is not None:
             return self._titles.take(ids), self._bodies.take(ids)
         if len(ids) == 0:
-            empty = Ragged(np.zeros(0, dtype=np.int32), np.zeros(1, dtype=np.int64))
-            return empty, empty
+            return Ragged.of([]), Ragged.of([])
         table = self._token_columns[ids]
         return Ragged.from_arrow(table.column("title_ids")), Ragged.from_arrow(table.column("body_ids"))
 

@@ -253,7 +253,8 @@ def contains_runs(haystacks: Ragged, needles: Ragged) -> np.ndarray:
     match = np.ones(len(at), dtype=bool)
     for j in range(int(needle_len.max(initial=0))):
         used = needle_len[pair] > j
-        wanted = needles.values[np.where(used, needles.offsets[pair] + j, 0)] if used.any() else 0
+        # note: a pair whose needle is shorter reads position 0 (any valid one) and is not compared
+        wanted = needles.values[np.where(used, needles.offsets[pair] + j, 0)]
         match &= ~used | (haystacks.values[np.where(used, at + j, 0)] == wanted)
     found[pair[match]] = True
     return found
