@@ -6,6 +6,7 @@ step over the same padded tensors, and the QA fine-tuning step as ``finetune/tra
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
 import numpy as np
@@ -14,7 +15,7 @@ from benchmarks.flops import bert_flops, device_time, mlm_head_flops  # benchmar
 from torch import Tensor, nn
 from transformers import BertConfig, BertForMaskedLM
 
-from realm.data.packing import SpecialIds
+from realm.data.packing import Ragged, SpecialIds
 from realm.index.mips import BruteForceIndex
 from realm.models.reader import SpanReader, reader_config
 from realm.models.retriever import Embedder, RetrieverConfig
@@ -97,22 +98,28 @@ def reader_length(args: argparse.Namespace) -> int:
 
 
 class RandomStore:
-    """A ``BlockStore`` stand-in: random titles and bodies; block i has uid hash i + 1."""
+    """A ``BlockStore`` stand-in: random titles and bodies, held flat as ``BlockStore`` holds them; block i has uid
+    hash i + 1."""
 
     def __init__(self, num_blocks: int, body_len: int, vocab: int, rng: np.random.Generator) -> None:
-        self.titles = [rng.integers(5, vocab, 3).tolist() for _ in range(num_blocks)]
+        self.titles = Ragged.of([rng.integers(5, vocab, 3).tolist() for _ in range(num_blocks)])
         # note: bodies of body_len-8..body_len keep the padded shape (what the FLOPs count) close to the real one
-        self.bodies = [
+        self.bodies = Ragged.of([
             rng.integers(5, vocab, int(rng.integers(max(1, body_len - 8), body_len + 1))).tolist()
             for _ in range(num_blocks)
-        ]
+        ])  # fmt: skip
         self.uid_hashes = np.arange(1, num_blocks + 1, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.titles)
 
-    def tokens(self, ids: list[int]) -> tuple[list[list[int]], list[list[int]]]:
-        return [self.titles[i] for i in ids], [self.bodies[i] for i in ids]
+    def ragged(self, ids: Sequence[int] | np.ndarray) -> tuple[Ragged, Ragged]:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        return self.titles.take(ids), self.bodies.take(ids)
+
+    def tokens(self, ids: Sequence[int] | np.ndarray) -> tuple[list[list[int]], list[list[int]]]:
+        titles, bodies = self.ragged(ids)
+        return titles.to_lists(), bodies.to_lists()
 
 
 def step_seqs(batch: RealmBatch) -> dict[str, Seqs]:
