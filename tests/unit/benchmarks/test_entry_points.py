@@ -9,7 +9,8 @@ import pytest
 
 from tests.helpers import run_module
 
-TINY = ["--hidden", "32", "--layers", "1", "--heads", "2", "--intermediate", "64", "--vocab", "300", "--peak-size", "128"]
+TINY = ["--hidden", "32", "--layers", "1", "--heads", "2", "--intermediate", "64", "--vocab", "300",
+        "--peak-size", "128"]  # fmt: skip
 
 
 @pytest.fixture
@@ -22,25 +23,30 @@ def read(path):
 
 
 def test_step_times_the_realm_step_its_parts_the_plain_bert_and_the_qa_step_in_both_precisions(out):
+    # note: --prefetch as the GPU check runs it (experiments/full_scale/gpu_check_parts.py)
     run_module("benchmarks.step", *TINY, "--batch", "2", "--corpus", "50", "--steps", "1", "--warmup", "0",
-               "--json", str(out))  # fmt: skip
+               "--prefetch", "--json", str(out))  # fmt: skip
     figures = read(out)
     for precision in ("fp32", "bf16"):
         whole = figures["rows"][f"REALM step [{precision}]"]["ms"]
         parts = [figures["rows"][f"REALM step [{precision}] / {p}"]["ms"]
                  for p in ("search embed (no_grad)", "retrieve (search+packing)", "forward+backward", "clip+AdamW")]
         assert whole > 0 and all(p > 0 for p in parts) and sum(parts) <= whole * 1.05, figures["rows"]
+        prefetched = figures["rows"][f"REALM step, prefetched [{precision}]"]["ms"]
+        prefetched_model = figures["rows"][f"REALM step, prefetched [{precision}] / forward+backward"]["ms"]
+        assert prefetched > 0 and prefetched_model > 0
         for row in ("BERT MLM, reader seqs", "BERT MLM, all seqs", "QA fine-tuning step"):
             assert figures["rows"][f"{row} [{precision}]"]["ms"] > 0
-    assert set(figures["bf16_speedup"]) == {"REALM step", "BERT MLM, reader seqs", "BERT MLM, all seqs",
-                                            "QA fine-tuning step"}  # fmt: skip
+    assert set(figures["bf16_speedup"]) == {"REALM step", "REALM step, prefetched", "BERT MLM, reader seqs",
+                                            "BERT MLM, all seqs", "QA fine-tuning step"}  # fmt: skip
     assert figures["seq_shapes"]["reader"][0] == 2 * 5  # B queries x K slots
 
 
 def test_step_knobs_change_one_knob_at_a_time_and_size_the_refresh(out):
     run_module("benchmarks.step_knobs", *TINY, "--batch", "2", "--corpus", "50", "--steps", "1", "--warmup", "0",
                "--precisions", "fp32", "--knob-candidates", "3", "--block-lens", "32", "--query-lens", "8",
-               "--builder-blocks", "20", "--corpus-blocks", "1000", "--intervals", "10", "--json", str(out))  # fmt: skip
+               "--builder-blocks", "20", "--corpus-blocks", "1000", "--intervals", "10",
+               "--json", str(out))  # fmt: skip
     rows = read(out)["rows"]
     assert rows["base [fp32]"]["over_base"] == 1.0
     for knob in ("candidates=3", "block_len=32", "query_len=8"):
