@@ -6,16 +6,17 @@ step over the same padded tensors, and the QA fine-tuning step as ``finetune/tra
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
 from contextlib import AbstractContextManager
 
+import datasets
 import numpy as np
 import torch
 from benchmarks.flops import bert_flops, device_time, mlm_head_flops  # benchmarks/flops.py, beside this file
 from torch import Tensor, nn
 from transformers import BertConfig, BertForMaskedLM
 
-from realm.data.packing import Ragged, SpecialIds
+from realm.data.block_store import BlockStore
+from realm.data.packing import SpecialIds
 from realm.index.mips import BruteForceIndex
 from realm.models.reader import SpanReader, reader_config
 from realm.models.retriever import Embedder, RetrieverConfig
@@ -97,29 +98,16 @@ def reader_length(args: argparse.Namespace) -> int:
     return args.query_len + args.block_len + 3
 
 
-class RandomStore:
-    """A ``BlockStore`` stand-in: random titles and bodies, held flat as ``BlockStore`` holds them; block i has uid
-    hash i + 1."""
-
-    def __init__(self, num_blocks: int, body_len: int, vocab: int, rng: np.random.Generator) -> None:
-        self.titles = Ragged.of([rng.integers(5, vocab, 3).tolist() for _ in range(num_blocks)])
-        # note: bodies of body_len-8..body_len keep the padded shape (what the FLOPs count) close to the real one
-        self.bodies = Ragged.of([
-            rng.integers(5, vocab, int(rng.integers(max(1, body_len - 8), body_len + 1))).tolist()
-            for _ in range(num_blocks)
-        ])  # fmt: skip
-        self.uid_hashes = np.arange(1, num_blocks + 1, dtype=np.int64)
-
-    def __len__(self) -> int:
-        return len(self.titles)
-
-    def ragged(self, ids: Sequence[int] | np.ndarray) -> tuple[Ragged, Ragged]:
-        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-        return self.titles.take(ids), self.bodies.take(ids)
-
-    def tokens(self, ids: Sequence[int] | np.ndarray) -> tuple[list[list[int]], list[list[int]]]:
-        titles, bodies = self.ragged(ids)
-        return titles.to_lists(), bodies.to_lists()
+def random_store(num_blocks: int, body_len: int, vocab: int, rng: np.random.Generator) -> BlockStore:
+    """The library's own ``BlockStore`` over random titles and bodies (so the step reads blocks as the trainer does)."""
+    titles = [rng.integers(5, vocab, 3).tolist() for _ in range(num_blocks)]
+    # note: bodies of body_len-8..body_len keep the padded shape (what the FLOPs count) close to the real one
+    bodies = [rng.integers(5, vocab, int(rng.integers(max(1, body_len - 8), body_len + 1))).tolist()
+              for _ in range(num_blocks)]  # fmt: skip
+    empty = [""] * num_blocks
+    blocks = datasets.Dataset.from_dict({"uid": [f"block-{i}" for i in range(num_blocks)], "title": empty,
+                                         "text": empty, "title_ids": titles, "body_ids": bodies})  # fmt: skip
+    return BlockStore(blocks)
 
 
 def step_seqs(batch: RealmBatch) -> dict[str, Seqs]:
@@ -149,7 +137,7 @@ class RealmStep:
             self.model, OptimConfig(lr=1e-4, warmup_steps=0), args.warmup + args.steps
         )
         self.loss_fn = get_loss("per_token")
-        self.store = RandomStore(args.corpus, args.body_len, args.vocab, self.rng)
+        self.store = random_store(args.corpus, args.body_len, args.vocab, self.rng)
         # note: a fixed random index is enough: between refreshes the trainer only reads it, and timings do not
         # depend on which blocks come back
         self.index = BruteForceIndex(torch.randn(args.corpus, args.embed_dim))
@@ -166,7 +154,7 @@ class RealmStep:
                     "input_ids": self.rng.integers(5, a.vocab, a.query_len).tolist(),
                     "salient_spans": [[start, start + a.span]],
                     "idx": self.num_steps * a.batch + i,
-                    "source_uid_hash": int(self.rng.integers(1, a.corpus + 1)),
+                    "source_uid_hash": int(self.store.uid_hashes[self.rng.integers(a.corpus)]),
                 }
             )
         self.num_steps += 1

@@ -1,7 +1,8 @@
 """Every CPU benchmark runs end to end at a tiny shape and writes the figures its README row promises. No time is
 asserted (speed is measured by running them, docs/performance.md); what is asserted is that they run at all: a change
-to the library's interfaces once broke ``benchmarks.step`` and ``benchmarks.step_knobs`` (their block store stand-in
-lacked ``ragged``) and nothing noticed, the GPU check's step part included."""
+to the library's interfaces once broke ``benchmarks.step`` and ``benchmarks.step_knobs`` (a block store stand-in of
+theirs lacked ``ragged``; they now use ``BlockStore`` itself) and nothing noticed, the GPU check's step part
+included."""
 
 import json
 
