@@ -49,7 +49,7 @@ from transformers import BertConfig, BertTokenizer
 
 from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
-from realm.core.precision import DTYPES, set_attention
+from realm.core.precision import DTYPES, set_kernels
 from realm.index.embedding import block_lengths, embed_blocks, packed_batches
 from realm.models.retriever import Retriever, RetrieverConfig
 from realm.run import layout, live_index, publication
@@ -211,7 +211,7 @@ def embed_by_precision(retriever: Retriever, blocks: datasets.Dataset, special: 
     embedders = {}
     for name in names:
         embedders[name] = copy.deepcopy(retriever.doc_embedder).to(device=device, dtype=DTYPES[name]).eval()
-        set_attention(embedders[name], device.type, name, args.block_len)
+        set_kernels(embedders[name], device.type, name, args.block_len)
     out = np.lib.format.open_memmap(
         Path(tempfile.mkdtemp()) / "e.npy", mode="w+", dtype=np.float32, shape=(len(sub), args.embed_dim)
     )

@@ -8,6 +8,8 @@ import time
 import torch
 from transformers import BertConfig
 
+from realm.core.cpu_matmul import cpu_matmul as fp32_cpu_matmul
+from realm.core.cpu_matmul import onednn_linear
 from realm.pretrain.batch import RealmBatch
 
 
@@ -19,16 +21,19 @@ def device_time(device: torch.device) -> float:
 
 
 def matmul_peak(dtype: torch.dtype, n: int, device: torch.device, repeats: int = 5) -> float:
-    """FLOP/s of an [n, n] @ [n, n] ``torch.mm`` (2 n^3 FLOPs): the best of ``repeats`` after one warm-up.
+    """FLOP/s of an [n, n] @ [n, n] ``torch.mm`` (2 n^3 FLOPs): the best of ``repeats`` after one warm-up. In fp32
+    on CPU with ``REALM_CPU_MATMUL=onednn``, the same product by oneDNN, as the run's linear layers compute it.
 
     The best, not the median: a peak is what the machine can reach, and on shared cores the median drifts with load.
     """
+    onednn = dtype == torch.float32 and device.type == "cpu" and fp32_cpu_matmul() == "onednn"
+    product = onednn_linear if onednn else torch.mm  # note: a @ b.T against a @ b: the same FLOPs
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
-    torch.mm(a, b)
+    product(a, b)
     times = []
     for _ in range(repeats):
         t0 = device_time(device)
-        torch.mm(a, b)
+        product(a, b)
         times.append(device_time(device) - t0)
     return 2 * n**3 / min(times)
 

@@ -50,8 +50,9 @@ from benchmarks.timed_steps import (
 )
 from transformers import BertModel
 
+from realm.core.cpu_matmul import cpu_matmul as fp32_cpu_matmul
 from realm.core.logging import set_num_threads
-from realm.core.precision import set_attention
+from realm.core.precision import set_kernels
 
 PART_NAMES = {
     "search_embed": "search embed (no_grad)",
@@ -73,7 +74,7 @@ def precisions(args: argparse.Namespace) -> list[str]:
 
 def build_steps(args: argparse.Namespace, c, device: torch.device, precision: str) -> dict[str, object]:
     """The REALM step(s) and both baselines in ``precision``, each model with the attention kernel the jobs give it
-    there and at this length (``realm.core.precision.set_attention``), labelled ``"row [precision]"``."""
+    there and at this length (``realm.core.precision.set_kernels``), labelled ``"row [precision]"``."""
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     steps: dict[str, object] = {"REALM step": RealmStep(args, c, device, autocast)}
     if args.prefetch:
@@ -83,7 +84,7 @@ def build_steps(args: argparse.Namespace, c, device: torch.device, precision: st
     steps["QA fine-tuning step"] = QaStep(args, c, device, autocast)
     for step in steps.values():
         model = step.model if hasattr(step, "model") else step.mlm
-        set_attention(model, device.type, precision, reader_length(args))
+        set_kernels(model, device.type, precision, reader_length(args))
         if args.compile:
             for module in model.modules():
                 if isinstance(module, BertModel):
@@ -134,6 +135,7 @@ def measure(args: argparse.Namespace) -> dict:
         "threads": torch.get_num_threads(),
         "seq_shapes": seqs_shapes,
         "peak_flops": peaks,
+        "cpu_matmul": fp32_cpu_matmul() if device.type == "cpu" else "cuda",
         "rows": table_rows(figures, parts, peaks, names),
         "bf16_speedup": speedups(figures) if len(names) > 1 else {},
     }
@@ -185,7 +187,8 @@ def format_table(result: dict) -> str:
     seqs = ", ".join(f"{name} {n}x{length}" for name, (n, length) in result["seq_shapes"].items())
     lines = [
         f"BERT: hidden {a['hidden']}, layers {a['layers']}, heads {a['heads']}, intermediate {a['intermediate']}, "
-        f"vocab {a['vocab']} ({result['device']}, {result['threads']} threads; bf16 = autocast over fp32 weights)",
+        f"vocab {a['vocab']} ({result['device']}, {result['threads']} threads; bf16 = autocast over fp32 weights; "
+        f"fp32 linears: {result['cpu_matmul']})",
         f"step: B {a['batch']} queries, K {a['candidates']} slots, {a['span']} masked, corpus {a['corpus']}; "
         f"padded seqs x len: {seqs}; median of {a['steps']} steps after {a['warmup']} warm-up",
     ]

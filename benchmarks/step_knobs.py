@@ -37,7 +37,7 @@ from benchmarks.step import precisions
 from benchmarks.timed_steps import RealmStep, bert_config, reader_length, shape_parser
 
 from realm.core.logging import set_num_threads
-from realm.core.precision import DTYPES, set_attention
+from realm.core.precision import DTYPES, set_kernels
 from realm.data.blocks import BLOCK_FEATURES
 from realm.data.packing import SpecialIds
 from realm.index.embedding import embed_blocks
@@ -62,7 +62,7 @@ def time_step(args: argparse.Namespace, precision: str, device: torch.device) ->
     """The median seconds of the REALM step at ``args``' shape in ``precision``."""
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
     step = RealmStep(args, bert_config(args, reader_length(args)), device, autocast)
-    set_attention(step.model, device.type, precision, reader_length(args))
+    set_kernels(step.model, device.type, precision, reader_length(args))
     times = [step()[0]["step"] for _ in range(args.warmup + args.steps)]
     return statistics.median(times[args.warmup :])
 
@@ -89,7 +89,7 @@ def builder_blocks_per_s(args: argparse.Namespace, block_len: int, precision: st
     c = bert_config(args, block_len)
     embedder = Retriever.from_config(c, RetrieverConfig(embed_dim=args.embed_dim)).doc_embedder
     embedder = embedder.to(dtype=DTYPES[precision])
-    set_attention(embedder, "cpu", precision, block_len)
+    set_kernels(embedder, "cpu", precision, block_len)
     out = np.empty((n, args.embed_dim), dtype=np.float32)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -37,7 +37,7 @@ from realm.qa.prediction_table import PREDICTIONS_KEY, prediction_rows
 from realm.qa.qa_eval import DEFAULT_TOP_K, evaluate_qa
 from realm.run import publication
 from realm.run.export_retrieval import write_retrieval_files
-from realm.training.accelerator import build_accelerator, use_fast_attention
+from realm.training.accelerator import build_accelerator, use_fast_kernels
 
 logger = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def _evaluate(args: argparse.Namespace) -> int:
     questions = ctx.question_set(task.load(args.data, args.max_questions), max(top_k))
     accelerator = build_accelerator(tracking, out, args.precision)
     init_trackers(accelerator, tracking, out, {"data": args.data, "task": args.task}, job_type="evaluate")
-    use_fast_attention(model, accelerator, ctx.reader.max_sequence_length)
+    use_fast_kernels(model, accelerator, ctx.reader.max_sequence_length)
     metrics, records = evaluate_qa(
         model.to(accelerator.device),
         questions,

@@ -124,3 +124,12 @@ def set_attention(model: nn.Module, device_type: str, resolved: str, max_length:
         if isinstance(module, PreTrainedModel) and module.config._attn_implementation != implementation:
             module.set_attn_implementation(implementation)
     return implementation
+
+
+def set_kernels(model: nn.Module, device_type: str, resolved: str, max_length: int = 0) -> str:
+    """The CPU kernels of every model a job runs: ``set_attention``, and ``realm.core.cpu_matmul``'s linear layers
+    (oneDNN for fp32 on CPU where ``REALM_CPU_MATMUL=onednn`` asks for it). Returns both, for the job's log line."""
+    from realm.core.cpu_matmul import set_linear_kernel  # note: lazily, as set_attention's transformers import
+
+    attention = set_attention(model, device_type, resolved, max_length)
+    return f"{attention} attention, {set_linear_kernel(model, device_type, resolved)} linears"

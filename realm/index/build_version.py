@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from realm.core.atomic import disk_writes
-from realm.core.precision import DTYPES, resolve_precision, set_attention
+from realm.core.precision import DTYPES, resolve_precision, set_kernels
 from realm.data.blocks import load_blocks
 from realm.data.packing import SpecialIds
 from realm.data.vocab import load_tokenizer
@@ -50,7 +50,7 @@ def load_doc_embedder(export_path: Path, device: str, precision: str = "auto", m
     resolved = resolve_precision(precision, device_type)
     layout.check_export(export_path)
     embedder = Retriever.from_pretrained(export_path).doc_embedder.to(device=device, dtype=DTYPES[resolved])
-    set_attention(embedder, device_type, resolved, max_length)
+    set_kernels(embedder, device_type, resolved, max_length)
     return embedder
 
 

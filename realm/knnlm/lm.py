@@ -35,7 +35,7 @@ from transformers import (
 
 from realm.core.checks import Problems
 from realm.core.errors import ConfigError, InputError, MissingFileError
-from realm.core.precision import DTYPES, check_precision, resolve_precision, set_attention
+from realm.core.precision import DTYPES, check_precision, resolve_precision, set_kernels
 
 KEY_TYPES = ("ffn_input", "attn_output", "ffn_output", "h_sm")
 LAST_LAYER = -1
@@ -101,7 +101,7 @@ def load_causal_lm(cfg: LMConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerB
         device_type = torch.device(cfg.device).type
         precision = resolve_precision(cfg.precision, device_type)
         model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=DTYPES[precision], **gguf)
-        set_attention(model, device_type, precision, cfg.context_length)
+        set_kernels(model, device_type, precision, cfg.context_length)
     except (OSError, ValueError) as err:
         raise InputError(f"could not load a causal LM from {cfg.model!r}: {err}") from err
     max_positions = getattr(model.config, "n_positions", None) or getattr(model.config, "max_position_embeddings", 0)

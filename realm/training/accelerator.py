@@ -19,7 +19,7 @@ from accelerate import Accelerator
 from accelerate.state import AcceleratorState
 from accelerate.utils import parse_flag_from_env
 
-from realm.core.precision import mixed_precision_flag, resolve_precision, set_attention
+from realm.core.precision import mixed_precision_flag, resolve_precision, set_kernels
 from realm.core.tracking import TrackingConfig, accelerator_kwargs
 
 logger = logging.getLogger(__name__)
@@ -77,13 +77,13 @@ def accelerator_precision(accelerator: Accelerator) -> str:
     return "fp32" if accelerator.mixed_precision == "no" else accelerator.mixed_precision
 
 
-def use_fast_attention(model: torch.nn.Module, accelerator: Accelerator, max_length: int = 0) -> str:
-    """Sets the attention kernel of every transformers model in ``model`` for the accelerator's device and
-    precision and sequences of up to ``max_length`` wordpieces (``realm.core.precision.attention_implementation``),
-    and logs both; returns the kernel."""
+def use_fast_kernels(model: torch.nn.Module, accelerator: Accelerator, max_length: int = 0) -> str:
+    """Sets the kernels of every model in ``model`` for the accelerator's device and precision and sequences of up
+    to ``max_length`` wordpieces (``realm.core.precision.set_kernels``: the attention, and the linear layers' fp32
+    library), and logs them with the precision; returns them as the log line names them."""
     resolved = accelerator_precision(accelerator)
-    kernel = set_attention(model, accelerator.device.type, resolved, max_length)
-    logger.info("precision %s on %s (%s attention)",
+    kernel = set_kernels(model, accelerator.device.type, resolved, max_length)
+    logger.info("precision %s on %s (%s)",
                 "fp32" if resolved == "fp32" else f"{resolved} autocast, fp32 weights", accelerator.device.type,
                 kernel)  # fmt: skip
     return kernel

@@ -31,7 +31,7 @@ from realm.core.precision import check_precision
 from realm.run.layout import CONFIG_FILE, METRICS_FILE, TRAINER_LOCK, checkpoints_dir
 from realm.run.paths import prepare_job_config, recorded_run_dir
 from realm.run.publication import RunInUseError, clean_staging, exclusive_lock, replace_published
-from realm.training.accelerator import use_fast_attention
+from realm.training.accelerator import use_fast_kernels
 from realm.training.checkpoint import load_checkpoint, load_rank_tensors, resolve_resume, save_checkpoint
 from realm.training.compilation import compile_backbones
 from realm.training.optim import OptimConfig, build_optimizer
@@ -172,7 +172,7 @@ class TrainingLoop:
         # note: the scheduler is not prepared: accelerate's wrapper steps it once per process per call (it assumes a
         # schedule counted in per-process batches), which runs warm-up and decay N times too fast with N processes
         model, optimizer = accelerator.prepare(model, optimizer)
-        use_fast_attention(model, accelerator, max_length)
+        use_fast_kernels(model, accelerator, max_length)
         if loop.compile:
             compile_backbones(model, accelerator.device.type)
         return cls(accelerator, loop, optim, model, optimizer, scheduler, config)

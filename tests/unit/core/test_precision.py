@@ -10,7 +10,7 @@ from realm.core.errors import ConfigError
 from realm.core.tracking import TrackingConfig
 from realm.models.retriever import RetrieverConfig
 from realm.pretrain.model import RealmModel
-from realm.training.accelerator import build_accelerator, use_fast_attention
+from realm.training.accelerator import build_accelerator, use_fast_kernels
 from realm.training.optim import OptimConfig
 from realm.training.scaffold import LoopConfig, TrainingLoop
 
@@ -127,7 +127,7 @@ def test_a_bf16_job_trains_under_autocast_with_fp32_weights_and_optimizer_state(
     assert states and all(v.dtype == torch.float32 for v in states)
     # the next job of the same process may run another precision (the pipelines run every stage in one process)
     assert build_accelerator(TrackingConfig(), tmp_path, "fp32").mixed_precision == "no"
-    use_fast_attention(loop.model, build_accelerator(TrackingConfig(), tmp_path, "fp32"), 6)
+    use_fast_kernels(loop.model, build_accelerator(TrackingConfig(), tmp_path, "fp32"), 6)
     assert loop.model.config._attn_implementation == "sdpa"
 
 
