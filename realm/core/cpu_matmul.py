@@ -3,9 +3,12 @@
 torch's CPU wheels compute an fp32 ``nn.Linear`` with MKL's sgemm. On AMD processors MKL takes its AVX2 code path even
 where the cores have AVX-512, so half of the fp32 vector width sits idle: on a 2-core Zen 5 EPYC (torch 2.13.0+cpu)
 MKL's sgemm ran at 197-203 GFLOP/s against 375-435 for the same products through oneDNN, which torch also ships (it
-already computes every bf16 matmul there); a MiniLM-shape fp32 REALM step went from 3.8 to 2.7-2.8 s, while the
-demo's 128-wide layers gain nothing (``docs/performance.md``, "fp32 through oneDNN"). ``OneDnnLinear`` runs the
-forward product and both backward products (input and weight gradients) with oneDNN's fp32 kernel.
+already computes every bf16 matmul there); a MiniLM-shape fp32 REALM step went from 3.8 to 2.9 s and the demo's
+from 228-247 to 175-207 ms (``docs/performance.md``, "fp32 through oneDNN"). ``OneDnnLinear`` runs the
+forward product and the input gradient with oneDNN's fp32 kernel, and leaves the weight gradient to ``torch.mm``:
+that product reduces over the batch's rows, which oneDNN's linear would need transposed copies of the activations and
+gradients for, and those copies cost more than oneDNN saves at narrow layers (the demo's QA step ran 0.86-0.92x with
+them, 1.05-1.14x without).
 
 Opt in, not the default: the results are fp32 to the same tolerance but not the same digits (the kernels reduce in
 another order, as another thread count does), and the demo's recorded runs and ranges were measured with torch's
@@ -53,7 +56,8 @@ def onednn_linear(rows: Tensor, weight: Tensor, bias: Tensor | None = None) -> T
 
 
 class OneDnnLinearFunction(torch.autograd.Function):
-    """``x @ w.T + b`` and its gradients, every product by oneDNN."""
+    """``x @ w.T + b`` and its gradients: the output and the input gradient by oneDNN, the weight gradient by
+    ``torch.mm``."""
 
     @staticmethod
     def forward(ctx, x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
@@ -69,7 +73,7 @@ class OneDnnLinearFunction(torch.autograd.Function):
         if ctx.needs_input_grad[0]:
             grad_x = onednn_linear(grad_rows, weight.t()).reshape(x.shape)  # [M, out] @ [out, in]
         if ctx.needs_input_grad[1]:
-            grad_w = onednn_linear(grad_rows.t(), x.reshape(-1, x.shape[-1]).t())  # [out, M] @ [M, in]
+            grad_w = grad_rows.t().mm(x.reshape(-1, x.shape[-1]))  # [out, M] @ [M, in]
         if ctx.has_bias and ctx.needs_input_grad[2]:
             grad_b = grad_rows.sum(0)
         return grad_x, grad_w, grad_b
