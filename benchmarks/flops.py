@@ -8,8 +8,7 @@ import time
 import torch
 from transformers import BertConfig
 
-from realm.core.cpu_matmul import cpu_matmul as fp32_cpu_matmul
-from realm.core.cpu_matmul import onednn_linear
+from realm.core.cpu_matmul import onednn_linear, onednn_linears
 from realm.pretrain.batch import RealmBatch
 
 
@@ -26,7 +25,7 @@ def matmul_peak(dtype: torch.dtype, n: int, device: torch.device, repeats: int =
 
     The best, not the median: a peak is what the machine can reach, and on shared cores the median drifts with load.
     """
-    onednn = dtype == torch.float32 and device.type == "cpu" and fp32_cpu_matmul() == "onednn"
+    onednn = dtype == torch.float32 and onednn_linears(device.type, "fp32")
     product = onednn_linear if onednn else torch.mm  # note: a @ b.T against a @ b: the same FLOPs
     a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
     product(a, b)

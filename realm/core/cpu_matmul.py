@@ -19,15 +19,12 @@ every process a job starts (the index builder) and every stage a pipeline runs; 
 from __future__ import annotations
 
 import functools
-import logging
 import os
 
 import torch
 from torch import Tensor, nn
 
 from realm.core.errors import ConfigError
-
-logger = logging.getLogger(__name__)
 
 ENV = "REALM_CPU_MATMUL"
 CHOICES = ("blas", "onednn")
@@ -43,6 +40,12 @@ def cpu_matmul() -> str:
     if choice == "onednn" and not onednn_available():
         raise ConfigError(f"{ENV}=onednn, but this torch build has no oneDNN linear kernel; unset it")
     return choice
+
+
+def onednn_linears(device_type: str, resolved: str) -> bool:
+    """Whether work on ``device_type`` in ``resolved`` precision computes its linear products with oneDNN's fp32 kernel:
+    fp32 on CPU, with ``REALM_CPU_MATMUL=onednn``."""
+    return device_type == "cpu" and resolved == "fp32" and cpu_matmul() == "onednn"
 
 
 @functools.cache
@@ -93,7 +96,7 @@ class OneDnnLinear(nn.Linear):
 def set_linear_kernel(model: nn.Module, device_type: str, resolved: str) -> str:
     """With ``REALM_CPU_MATMUL=onednn``, fp32 work on CPU: every ``nn.Linear`` in ``model`` becomes a
     ``OneDnnLinear`` (in place, parameters untouched). Returns the kernel its linears use: "onednn" or "blas"."""
-    if cpu_matmul() != "onednn" or device_type != "cpu" or resolved != "fp32":
+    if not onednn_linears(device_type, resolved):
         return "blas"
     for module in model.modules():
         if type(module) is nn.Linear:
